@@ -7,13 +7,13 @@ number belongs) is reported when the config is loaded, never at the first compre
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ctxpress.tokens import PROFILE_NAMES
 
@@ -36,15 +36,17 @@ DEFAULT_SUMMARY_PROMPT = """你是一个对话压缩助手。下面是一段智�
 请直接输出摘要："""
 
 
-class CompressionConfig(BaseSettings):
+ENV_PREFIX = "CTXPRESS_"
+
+
+class CompressionConfig(BaseModel):
     """Settings of automatic and manual context compression (spec: configuration table, S23).
 
     Loadable from keyword arguments, a mapping, a JSON or TOML document / section, and from
     environment variables with the `CTXPRESS_` prefix (`CTXPRESS_SUMMARY_THRESHOLD=64`).
     """
 
-    model_config = SettingsConfigDict(
-        env_prefix="CTXPRESS_",
+    model_config = ConfigDict(
         extra="forbid",
         frozen=True,
         validate_default=True,
@@ -61,7 +63,6 @@ class CompressionConfig(BaseSettings):
     )
     summary_prompt: str = Field(
         default=DEFAULT_SUMMARY_PROMPT,
-        min_length=len(MESSAGES_PLACEHOLDER),
         description="Summary prompt; must contain {messages}. Other braces are literal text.",
     )
     summary_tool_result_token_limit: int = Field(
@@ -127,18 +128,14 @@ class CompressionConfig(BaseSettings):
         return cls.from_mapping(data)
 
     @classmethod
-    def from_env(cls) -> CompressionConfig:
-        """Defaults overridden by `CTXPRESS_*` environment variables."""
-        return cls()
-
-    @classmethod
-    def settings_customise_sources(  # type: ignore[override]
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: Any,
-        env_settings: Any,
-        dotenv_settings: Any,
-        file_secret_settings: Any,
-    ) -> tuple[Any, ...]:
-        # Explicit values win over the environment; no dotenv or secret files are read implicitly.
-        return (init_settings, env_settings)
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, base: Mapping[str, Any] | None = None
+    ) -> CompressionConfig:
+        """`base` values (or defaults) overridden by `CTXPRESS_<FIELD>` environment variables."""
+        env = os.environ if environ is None else environ
+        data = dict(base or {})
+        for name in cls.model_fields:
+            value = env.get(ENV_PREFIX + name.upper())
+            if value is not None:
+                data[name] = value
+        return cls.from_mapping(data)
