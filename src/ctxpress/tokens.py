@@ -16,8 +16,10 @@ def estimate_tokens(text: str, profile: str = "default") -> int:
 
 
 def count_message_tokens(message: BaseMessage, profile: str = "default") -> int:
-    return 4 + estimate_tokens(str(message.content), profile) + estimate_tokens(
-        json.dumps(getattr(message, "tool_calls", []) or [], default=str), profile
+    return (
+        4
+        + estimate_tokens(str(message.content), profile)
+        + estimate_tokens(json.dumps(getattr(message, "tool_calls", []) or [], default=str), profile)
     )
 
 
