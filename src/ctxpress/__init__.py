@@ -1,7 +1,16 @@
 """ctxpress: context compression for LangChain / LangGraph agents."""
 
 from ctxpress.config import CompressionConfig
+from ctxpress.middleware import ContextCompressionMiddleware
 from ctxpress.tokens import count_request_tokens, estimate_tokens
+from ctxpress.workdir import LocalWorkdir, Workdir
 
-__all__ = ["CompressionConfig", "count_request_tokens", "estimate_tokens"]
+__all__ = [
+    "CompressionConfig",
+    "ContextCompressionMiddleware",
+    "LocalWorkdir",
+    "Workdir",
+    "count_request_tokens",
+    "estimate_tokens",
+]
 __version__ = "0.1.0"
