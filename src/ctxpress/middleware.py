@@ -1,38 +1,463 @@
-"""ContextCompressionMiddleware. PLACEHOLDER signature while the flow is being written."""
+"""`ContextCompressionMiddleware`: the spec's automatic flow, in one place.
+
+    effective messages (summary + raw tail, S15) → count (S12)
+      below threshold → main model (S4)                      ─┐ ContextOverflowError → forced (S6)
+      at/above → L1 view (S7–S13) → recount                   │
+         below → main model with the L1 view (S5)             ─┤
+         still at/above → L2: cutoff, history file, summary   │
+                          → `_summarization_event` (S14, S15) │
+                          → main model with [summary, *kept] ─┘
+    forced: L1 + L2 even below the threshold; if the model still overflows, trim the kept tool
+    results further and write those replacements to the state (S30); if nothing more can be cut,
+    emit `failed` and raise.
+
+The flow is written once, as a generator that *yields* the effects it needs (call the main model,
+build the L1 view, save history + summarise). `wrap_model_call` and `awrap_model_call` only differ
+in how they carry those effects out: in order, or with the history write and the summary call
+running concurrently.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, NotRequired, cast
 
-from langchain.agents.middleware.types import AgentMiddleware, ModelRequest, ModelResponse
+from langchain.agents.middleware.types import (
+    AgentMiddleware,
+    AgentState,
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+    PrivateStateAttr,
+)
+from langchain_core.exceptions import ContextOverflowError
 from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AnyMessage, BaseMessage
+from langgraph.errors import GraphBubbleUp
+from langgraph.types import Command
 
+from ctxpress.compaction import CompactionCache, CompactionResult, compact_view
+from ctxpress.compaction.view import DEFAULT_CACHE
 from ctxpress.config import CompressionConfig
+from ctxpress.events import CompressionEvents, Level
+from ctxpress.overflow_trim import trim_kept_tool_results
+from ctxpress.pressure import RequestPressure, measure_request
+from ctxpress.summary.cutoff import choose_cutoff
+from ctxpress.summary.event import (
+    EffectiveMessages,
+    SummarizationEvent,
+    effective_messages,
+    make_summary_message,
+)
+from ctxpress.summary.history import HistoryRange, write_history
+from ctxpress.summary.summarizer import (
+    SummaryOutcome,
+    asummarize,
+    failed_summary_text,
+    short_error,
+    summarize,
+)
+from ctxpress.tokens import count_request_tokens
 from ctxpress.workdir import Workdir
 
+logger = logging.getLogger("ctxpress.middleware")
+
+EVENT_KEY = "_summarization_event"
 WorkdirResolver = Callable[[ModelRequest], Workdir]
+PressureCallback = Callable[[RequestPressure], None]
+DEFAULT_SUMMARY_TIMEOUT_S = 120.0
 
 
-class ContextCompressionMiddleware(AgentMiddleware):
+class CompressionState(AgentState):
+    """Agent state with the private summary event (S3)."""
+
+    _summarization_event: Annotated[NotRequired[SummarizationEvent | None], PrivateStateAttr]
+
+
+# --- Effects the flow asks its driver to carry out -------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallModel:
+    request: ModelRequest
+
+
+@dataclass(frozen=True)
+class BuildL1View:
+    messages: list[BaseMessage]
+
+
+@dataclass(frozen=True)
+class SaveAndSummarize:
+    span: HistoryRange
+    messages: list[BaseMessage]
+
+
+@dataclass(frozen=True)
+class TrimTail:
+    view: list[BaseMessage]
+    originals: dict[str, BaseMessage]
+
+
+@dataclass(frozen=True)
+class SavedSummary:
+    file_path: str | None
+    write_error: str | None
+    outcome: SummaryOutcome
+
+
+Effect = CallModel | BuildL1View | SaveAndSummarize | TrimTail
+Flow = Generator[Effect, Any, ModelResponse | ExtendedModelResponse]
+
+
+@dataclass
+class _Summary:
+    """The result of an L2 step: the new event and the view to send."""
+
+    event: SummarizationEvent
+    view: list[BaseMessage]
+    summary_error: str | None
+    write_error: str | None
+
+
+@dataclass
+class _Call:
+    """Everything one model call's flow needs, resolved once."""
+
+    request: ModelRequest
+    effective: EffectiveMessages
+    events: CompressionEvents
+    state_update: dict[str, Any] = field(default_factory=dict)
+    summary: _Summary | None = None
+
+    def with_messages(self, messages: list[BaseMessage]) -> ModelRequest:
+        return self.request.override(messages=cast("list[AnyMessage]", messages))
+
+
+class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
+    """Automatic context compression for `create_agent` (see the module docstring for the flow).
+
+    Place it first (outermost) in `middleware=[...]`, before retry/fallback middleware, so that a
+    `ContextOverflowError` from the model reaches it (see `ctxpress.overflow`).
+    """
+
+    state_schema = CompressionState
+
     def __init__(
         self,
-        config: CompressionConfig,
+        config: CompressionConfig | None = None,
         *,
         workdir: Workdir | WorkdirResolver,
         summary_model: BaseChatModel | None = None,
+        summary_timeout: float | None = DEFAULT_SUMMARY_TIMEOUT_S,
+        on_pressure: PressureCallback | None = None,
+        cache: CompactionCache | None = None,
     ) -> None:
         super().__init__()
-        self.config = config
+        self.config = config or CompressionConfig()
         self._workdir = workdir
         self.summary_model = summary_model
+        self.summary_timeout = summary_timeout
+        self.on_pressure = on_pressure
+        self._cache = cache or DEFAULT_CACHE
+
+    @property
+    def name(self) -> str:
+        return "ContextCompressionMiddleware"
+
+    # --- public entry points: two drivers of one flow ------------------------------------------
 
     def wrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
-    ) -> Any:
-        return handler(request)
+    ) -> ModelResponse | ExtendedModelResponse:
+        flow = self._flow(request)
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                effect = flow.throw(error) if error is not None else flow.send(value)
+            except StopIteration as done:
+                return done.value
+            value, error = None, None
+            try:
+                value = self._run_sync(effect, request, handler)
+            except BaseException as exc:  # handed to the flow, which decides what to do with it
+                error = exc
 
     async def awrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
+    ) -> ModelResponse | ExtendedModelResponse:
+        flow = self._flow(request)
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                effect = flow.throw(error) if error is not None else flow.send(value)
+            except StopIteration as done:
+                return done.value
+            value, error = None, None
+            try:
+                value = await self._run_async(effect, request, handler)
+            except BaseException as exc:
+                error = exc
+
+    # --- effect handlers ------------------------------------------------------------------------
+
+    def _run_sync(
+        self, effect: Effect, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
     ) -> Any:
-        return await handler(request)
+        if isinstance(effect, CallModel):
+            return handler(effect.request)
+        if isinstance(effect, BuildL1View):
+            return self._build_l1(effect.messages, request)
+        if isinstance(effect, TrimTail):
+            return self._trim(effect, request)
+        file_path, write_error = self._save_history(effect, request)
+        outcome = summarize(self._summary_model(request), self.config, effect.messages)
+        return SavedSummary(file_path, write_error, outcome)
+
+    async def _run_async(
+        self,
+        effect: Effect,
+        request: ModelRequest,
+        handler: Callable[[ModelRequest], Awaitable[ModelResponse]],
+    ) -> Any:
+        if isinstance(effect, CallModel):
+            return await handler(effect.request)
+        if isinstance(effect, BuildL1View):
+            return await asyncio.to_thread(self._build_l1, effect.messages, request)
+        if isinstance(effect, TrimTail):
+            return await asyncio.to_thread(self._trim, effect, request)
+        # The history write and the summary call are independent: run them concurrently.
+        (file_path, write_error), outcome = await asyncio.gather(
+            asyncio.to_thread(self._save_history, effect, request),
+            asummarize(self._summary_model(request), self.config, effect.messages, self.summary_timeout),
+        )
+        return SavedSummary(file_path, write_error, outcome)
+
+    def _resolve_workdir(self, request: ModelRequest) -> Workdir:
+        return self._workdir(request) if callable(self._workdir) else self._workdir
+
+    def _summary_model(self, request: ModelRequest) -> BaseChatModel:
+        return self.summary_model or request.model
+
+    def _build_l1(self, messages: list[BaseMessage], request: ModelRequest) -> CompactionResult:
+        return compact_view(messages, self.config, self._resolve_workdir(request), cache=self._cache)
+
+    def _save_history(self, effect: SaveAndSummarize, request: ModelRequest) -> tuple[str | None, str | None]:
+        try:
+            return write_history(self._resolve_workdir(request), effect.span, effect.messages), None
+        except Exception as exc:  # S27: log, carry on without a file
+            logger.error("could not save conversation history %s: %s", effect.span, short_error(exc))
+            return None, short_error(exc)
+
+    def _trim(self, effect: TrimTail, request: ModelRequest) -> tuple[list[BaseMessage], list[BaseMessage]]:
+        return trim_kept_tool_results(
+            effect.view, effect.originals, self.config, self._resolve_workdir(request)
+        )
+
+    # --- the flow -------------------------------------------------------------------------------
+
+    def _flow(self, request: ModelRequest) -> Flow:
+        call = _Call(
+            request=request,
+            effective=effective_messages(request.messages, request.state.get(EVENT_KEY)),
+            events=CompressionEvents(writer=_stream_writer(request)),
+        )
+        threshold = self.config.threshold_tokens
+        tokens_before = self._count(call, call.effective.messages)
+        try:
+            if tokens_before < threshold:
+                return (yield from self._send(call, call.effective.messages, tokens_before, level=None))
+            call.events.started("l1", tokens_before, threshold=threshold)
+            l1: CompactionResult = yield BuildL1View(call.effective.messages)
+            tokens_l1 = self._count(call, l1.messages)
+            if tokens_l1 < threshold:
+                return (yield from self._send(call, l1.messages, tokens_before, level="l1", l1=l1))
+            summary = yield from self._summarize(call, l1)
+            if summary is None:  # nothing left to summarise: send the L1 view (it may still fit)
+                return (yield from self._send(call, l1.messages, tokens_before, level="l1", l1=l1))
+            return (yield from self._send(call, summary.view, tokens_before, level="l2", l1=l1))
+        except (GraphBubbleUp, ContextOverflowError):
+            raise
+        except Exception as exc:
+            call.events.failed("l2" if EVENT_KEY in call.state_update else "l1", short_error(exc))
+            raise
+
+    def _send(
+        self,
+        call: _Call,
+        view: list[BaseMessage],
+        tokens_before: int,
+        *,
+        level: Level | None,
+        l1: CompactionResult | None = None,
+    ) -> Flow:
+        """Call the main model with `view`; on overflow fall into the forced path (S6)."""
+        try:
+            response = yield CallModel(call.with_messages(view))
+        except ContextOverflowError as overflow:
+            return (yield from self._forced(call, view, tokens_before, l1, overflow))
+        tokens_after = self._count(call, view)
+        self._record_pressure(call, view)
+        if level is not None:
+            call.events.completed(level, tokens_before, tokens_after, **_details(l1, call.summary))
+        return _response(response, call.state_update)
+
+    def _forced(
+        self,
+        call: _Call,
+        sent: list[BaseMessage],
+        tokens_before: int,
+        l1: CompactionResult | None,
+        overflow: ContextOverflowError,
+    ) -> Flow:
+        """S6: an overflow forces L1 + L2; then tail trimming (S30); else `failed` and raise."""
+        logger.warning("context overflow from the main model; forcing a summary")
+        call.events.started("l2", tokens_before, reason="context_overflow")
+        try:
+            if l1 is None:
+                l1 = yield BuildL1View(call.effective.messages)
+            if call.summary is None:
+                yield from self._summarize(call, l1)
+            view = call.summary.view if call.summary else l1.messages
+            # Never resend the payload that just overflowed: only retry with a smaller request.
+            if self._count(call, view) < self._count(call, sent):
+                try:
+                    response = yield CallModel(call.with_messages(view))
+                except ContextOverflowError:
+                    pass
+                else:
+                    return self._finish_forced(call, view, tokens_before, l1, response)
+            trimmed_view, replacements = yield TrimTail(view, _by_id(call.request.messages))
+            if not replacements:
+                raise ContextOverflowError(
+                    "the request does not fit the model's context even after summarising, and no "
+                    "kept tool result is left to trim"
+                ) from overflow
+            call.state_update["messages"] = replacements
+            response = yield CallModel(call.with_messages(trimmed_view))
+            return self._finish_forced(call, trimmed_view, tokens_before, l1, response)
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            call.events.failed("l2", short_error(exc), reason="context_overflow")
+            raise
+
+    def _finish_forced(
+        self,
+        call: _Call,
+        view: list[BaseMessage],
+        tokens_before: int,
+        l1: CompactionResult,
+        response: ModelResponse,
+    ) -> ModelResponse | ExtendedModelResponse:
+        tokens_after = self._count(call, view)
+        self._record_pressure(call, view)
+        details = _details(l1, call.summary)
+        if "messages" in call.state_update:
+            details["trimmed_tool_results"] = len(call.state_update["messages"])
+        call.events.completed("l2", tokens_before, tokens_after, reason="context_overflow", **details)
+        return _response(response, call.state_update)
+
+    def _summarize(self, call: _Call, l1: CompactionResult) -> Generator[Effect, Any, _Summary | None]:
+        """L2 (S14, S15): cutoff, history file, summary, event. None when there is nothing to do."""
+        effective = call.effective
+        cutoff = choose_cutoff(effective.messages, self.config.summary_keep_messages)
+        # Loop guard: with only the previous summary before the cutoff there is nothing new to
+        # summarise, and summarising the summary again would only lose detail.
+        if cutoff is None or (effective.has_summary and cutoff <= 1):
+            return None
+        previous = effective.event
+        global_cutoff = effective.to_global(cutoff)
+        span = HistoryRange(
+            thread_id=_thread_id(),
+            start=effective.cutoff_index,
+            end=global_cutoff,
+            previous_file=previous["file_path"] if previous else None,
+        )
+        summarised = l1.messages[:cutoff]
+        saved: SavedSummary = yield SaveAndSummarize(span, summarised)
+        outcome = saved.outcome
+        text = outcome.text if outcome.ok else failed_summary_text(outcome.error or "", summarised)
+        sequence = (previous.get("summary_count", 0) if previous else 0) + 1
+        summary_message = make_summary_message(text, saved.file_path, sequence)
+        event: SummarizationEvent = {
+            "cutoff_index": global_cutoff,
+            "summary_message": summary_message,
+            "file_path": saved.file_path,
+            "first_kept_id": call.request.messages[global_cutoff].id,
+            "summary_count": sequence,
+        }
+        call.state_update[EVENT_KEY] = event
+        call.summary = _Summary(
+            event, [summary_message, *l1.messages[cutoff:]], outcome.error, saved.write_error
+        )
+        return call.summary
+
+    # --- measuring ------------------------------------------------------------------------------
+
+    def _count(self, call: _Call, messages: Sequence[BaseMessage]) -> int:
+        return count_request_tokens(
+            messages, call.request.system_message, call.request.tools, self.config.token_profile
+        )
+
+    def _record_pressure(self, call: _Call, view: Sequence[BaseMessage]) -> None:
+        if self.on_pressure is None:
+            return
+        pressure = measure_request(view, call.request.system_message, call.request.tools, self.config)
+        try:
+            self.on_pressure(pressure)
+        except Exception:  # an observer must never break the model call
+            logger.exception("pressure callback failed")
+
+
+def _details(l1: CompactionResult | None, summary: _Summary | None) -> dict[str, Any]:
+    details: dict[str, Any] = {}
+    if l1 is not None:
+        details["files_written"] = [item.path for item in l1.files_written]
+        details["offloaded"] = len(l1.offloaded)
+        details["arguments_truncated"] = len(l1.truncated_arguments)
+        if l1.failures:
+            details["offload_failures"] = len(l1.failures)
+    if summary is not None:
+        details["cutoff_index"] = summary.event["cutoff_index"]
+        details["file_path"] = summary.event["file_path"]
+        if summary.summary_error:
+            details["summary_error"] = summary.summary_error
+        if summary.write_error:
+            details["history_error"] = summary.write_error
+    return details
+
+
+def _response(response: ModelResponse, update: dict[str, Any]) -> ModelResponse | ExtendedModelResponse:
+    if not update:
+        return response
+    return ExtendedModelResponse(model_response=response, command=Command(update=dict(update)))
+
+
+def _by_id(messages: Sequence[BaseMessage]) -> dict[str, BaseMessage]:
+    return {message.id: message for message in messages if message.id}
+
+
+def _stream_writer(request: ModelRequest) -> Callable[[Any], None]:
+    runtime = getattr(request, "runtime", None)
+    writer = getattr(runtime, "stream_writer", None)
+    return writer if callable(writer) else (lambda _payload: None)
+
+
+def _thread_id() -> str | None:
+    try:
+        from langgraph.config import get_config
+
+        configurable = get_config().get("configurable", {})
+    except RuntimeError:  # called outside a graph run
+        return None
+    thread = configurable.get("thread_id")
+    return str(thread) if thread is not None else None
+
+
+__all__ = ["EVENT_KEY", "CompressionState", "ContextCompressionMiddleware"]

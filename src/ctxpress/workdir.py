@@ -140,6 +140,11 @@ class LocalWorkdir:
         """The host directory. For the operator's own code only: never put it in model-visible text."""
         return self._root
 
+    @property
+    def cache_key(self) -> str:
+        """Stable identity for caches of what is already stored here."""
+        return f"local:{self._root}"
+
     def __repr__(self) -> str:
         return "LocalWorkdir(<root>)"
 

@@ -1,0 +1,60 @@
+"""What one L1 pass did: the new view plus a record of files written, arguments cut and failures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from langchain_core.messages import BaseMessage
+
+
+@dataclass(frozen=True)
+class OffloadedResult:
+    """A tool result whose full text is in the workdir (S8); the view holds a preview."""
+
+    message_id: str | None
+    tool_call_id: str
+    tool_name: str
+    path: str
+    sha256: str
+    chars: int
+    approx_tokens: int
+    written_now: bool  # False when the same content was already stored (S11: written once)
+
+
+@dataclass(frozen=True)
+class TruncatedArgument:
+    """A long `write_file` / `edit_file` string argument replaced by a hint in the view (S7)."""
+
+    message_id: str | None
+    tool_call_id: str
+    tool_name: str
+    argument: str
+    original_chars: int
+
+
+@dataclass(frozen=True)
+class CompactionFailure:
+    """A tool result left unchanged because its full text could not be stored (S13)."""
+
+    message_id: str | None
+    tool_call_id: str
+    tool_name: str
+    reason: str
+
+
+@dataclass
+class CompactionResult:
+    messages: list[BaseMessage]
+    tokens_before: int
+    tokens_after: int
+    offloaded: list[OffloadedResult] = field(default_factory=list)
+    truncated_arguments: list[TruncatedArgument] = field(default_factory=list)
+    failures: list[CompactionFailure] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.offloaded or self.truncated_arguments)
+
+    @property
+    def files_written(self) -> list[OffloadedResult]:
+        return [item for item in self.offloaded if item.written_now]

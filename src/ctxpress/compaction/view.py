@@ -1,0 +1,72 @@
+"""`compact_view`: L1 deterministic compaction as a pure function over a message list (S2, S7–S13).
+
+The input list and its messages are never mutated; the result holds new message objects where
+something changed (ids, `tool_call_id`, `name`, `status` and `artifact` preserved) and the same
+objects elsewhere, so tool-call pairs stay valid and message count and order never change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from ctxpress.compaction.arguments import cut_long_file_arguments
+from ctxpress.compaction.offload import CompactionCache, compact_tool_message
+from ctxpress.compaction.result import CompactionResult
+from ctxpress.config import CompressionConfig
+from ctxpress.tokens import count_message_tokens
+from ctxpress.workdir import Workdir
+
+#: Shared by every `compact_view` call that does not bring its own cache.
+DEFAULT_CACHE = CompactionCache()
+
+
+def tool_names_by_call_id(messages: Sequence[BaseMessage]) -> dict[str, str]:
+    names: dict[str, str] = {}
+    for message in messages:
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                if call.get("id"):
+                    names[call["id"]] = call["name"]  # type: ignore[index]
+    return names
+
+
+def _tool_name(message: ToolMessage, names: dict[str, str]) -> str:
+    return message.name or names.get(message.tool_call_id, "") or "tool"
+
+
+def compact_view(
+    messages: Sequence[BaseMessage],
+    config: CompressionConfig,
+    workdir: Workdir,
+    *,
+    cache: CompactionCache | None = None,
+) -> CompactionResult:
+    """Build the L1 view of `messages` and a record of what was done."""
+    cache = DEFAULT_CACHE if cache is None else cache
+    profile = config.token_profile
+    names = tool_names_by_call_id(messages)
+    result = CompactionResult(messages=[], tokens_before=0, tokens_after=0)
+    for message in messages:
+        new_message: BaseMessage = message
+        if isinstance(message, AIMessage) and (message.tool_calls or message.additional_kwargs):
+            new_message, truncated = cut_long_file_arguments(message)
+            result.truncated_arguments.extend(truncated)
+        elif isinstance(message, ToolMessage):
+            new_message, offloaded, failure = compact_tool_message(
+                message,
+                _tool_name(message, names),
+                limit=config.summary_tool_result_token_limit,
+                profile=profile,
+                workdir=workdir,
+                cache=cache,
+            )
+            if offloaded is not None:
+                result.offloaded.append(offloaded)
+            if failure is not None:
+                result.failures.append(failure)
+        result.messages.append(new_message)
+        result.tokens_before += count_message_tokens(message, profile)
+        result.tokens_after += count_message_tokens(new_message, profile)
+    return result

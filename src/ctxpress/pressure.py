@@ -1,0 +1,61 @@
+"""S22: the approximate size of a model request, split the way a status panel shows it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from langchain_core.messages import BaseMessage, SystemMessage
+
+from ctxpress.config import CompressionConfig
+from ctxpress.summary.event import is_summary_message
+from ctxpress.tokens import count_message_tokens, count_request_tokens, count_tools_tokens
+
+#: The status panel suggests manual compression from this share of the threshold (hint only).
+SUGGEST_COMPRESS_RATIO = 0.85
+
+
+@dataclass(frozen=True)
+class RequestPressure:
+    total: int
+    threshold: int
+    system: int
+    tools: int
+    summary: int
+    messages: int
+
+    @property
+    def ratio(self) -> float:
+        return self.total / self.threshold if self.threshold else 0.0
+
+    @property
+    def suggest_compress(self) -> bool:
+        return self.ratio >= SUGGEST_COMPRESS_RATIO
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ratio": self.ratio, "suggest_compress": self.suggest_compress}
+
+
+def measure_request(
+    messages: Sequence[BaseMessage],
+    system_message: SystemMessage | None,
+    tools: Sequence[Any] | None,
+    config: CompressionConfig,
+) -> RequestPressure:
+    """Total with `count_request_tokens` (the one measure of every decision) and its breakdown."""
+    profile = config.token_profile
+    total = count_request_tokens(messages, system_message, tools, profile)
+    system = count_message_tokens(system_message, profile) if system_message is not None else 0
+    tool_tokens = count_tools_tokens(tools, profile)
+    summary = sum(count_message_tokens(m, profile) for m in messages[:1] if is_summary_message(m))
+    # Whatever is not system, tools or summary (messages and per-request overhead) is "messages",
+    # so the parts always add up to the total the decisions used.
+    return RequestPressure(
+        total=total,
+        threshold=config.threshold_tokens,
+        system=system,
+        tools=tool_tokens,
+        summary=summary,
+        messages=max(0, total - system - tool_tokens - summary),
+    )

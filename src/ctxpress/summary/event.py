@@ -1,0 +1,118 @@
+"""S3, S15: the `_summarization_event` checkpoint key and the effective messages it implies."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NotRequired, TypedDict
+
+from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage
+
+logger = logging.getLogger("ctxpress.summary")
+
+SUMMARY_MARKER = "[ctxpress:summary]"
+SUMMARY_SOURCE = "ctxpress_summary"
+
+
+class SummarizationEvent(TypedDict):
+    """What the checkpoint keeps about the current summary.
+
+    `cutoff_index` is cumulative: the position in the full state's message list of the first
+    message *not* summarised. `first_kept_id` lets a later request detect a stale event (the
+    message list was rewritten under it).
+    """
+
+    cutoff_index: int
+    summary_message: AnyMessage
+    file_path: str | None
+    first_kept_id: NotRequired[str | None]
+    summary_count: NotRequired[int]
+
+
+def summary_message_text(summary: str, file_path: str | None) -> str:
+    where = (
+        f"The full text of the summarised messages is in the workdir at {file_path}."
+        if file_path
+        else "The full text of the summarised messages could not be saved to the workdir."
+    )
+    return f"{SUMMARY_MARKER} Summary of the earlier conversation. {where}\n\n{summary}"
+
+
+def make_summary_message(summary: str, file_path: str | None, sequence: int) -> HumanMessage:
+    return HumanMessage(
+        content=summary_message_text(summary, file_path),
+        id=f"ctxpress-summary-{sequence}",
+        additional_kwargs={"lc_source": SUMMARY_SOURCE},
+    )
+
+
+def is_summary_message(message: BaseMessage) -> bool:
+    return message.additional_kwargs.get("lc_source") == SUMMARY_SOURCE or (
+        isinstance(message.content, str) and message.content.startswith(SUMMARY_MARKER)
+    )
+
+
+@dataclass(frozen=True)
+class EffectiveMessages:
+    """The messages a request starts from: `[summary, *messages[cutoff:]]`, or all of them."""
+
+    messages: list[BaseMessage]
+    event: SummarizationEvent | None
+    cutoff_index: int  # where the raw part starts in the full state (0 without an event)
+
+    @property
+    def has_summary(self) -> bool:
+        return self.event is not None
+
+    def to_global(self, local_cutoff: int) -> int:
+        """Convert a cutoff within `messages` to a position in the full state (S15)."""
+        if self.event is None:
+            return local_cutoff
+        return self.cutoff_index + local_cutoff - 1
+
+
+def _valid_event(event: Any) -> bool:
+    return (
+        isinstance(event, dict)
+        and isinstance(event.get("cutoff_index"), int)
+        and isinstance(event.get("summary_message"), BaseMessage)
+    )
+
+
+def resolve_cutoff(event: SummarizationEvent, messages: Sequence[BaseMessage]) -> int | None:
+    """The event's cutoff checked against the current messages; None when the event is stale.
+
+    A stale event (ids moved, out of range, or nothing left after the cutoff) is never allowed to
+    produce a "summary only" request; the caller rebuilds from the full messages instead.
+    """
+    cutoff = event["cutoff_index"]
+    first_kept = event.get("first_kept_id")
+    if first_kept is not None:
+        if 0 <= cutoff < len(messages) and messages[cutoff].id == first_kept:
+            return cutoff
+        for index, message in enumerate(messages):
+            if message.id == first_kept:
+                logger.warning("summary cutoff moved from %d to %d; using the message id", cutoff, index)
+                return index
+        return None
+    if 0 < cutoff < len(messages):
+        return cutoff
+    return None
+
+
+def effective_messages(messages: Sequence[BaseMessage], event: Any) -> EffectiveMessages:
+    if event is None:
+        return EffectiveMessages(list(messages), None, 0)
+    if not _valid_event(event):
+        logger.warning("ignoring a malformed _summarization_event; using the full message list")
+        return EffectiveMessages(list(messages), None, 0)
+    cutoff = resolve_cutoff(event, messages)
+    if cutoff is None:
+        logger.warning(
+            "ignoring a stale _summarization_event (cutoff %s of %d messages); using the full list",
+            event.get("cutoff_index"),
+            len(messages),
+        )
+        return EffectiveMessages(list(messages), None, 0)
+    return EffectiveMessages([event["summary_message"], *messages[cutoff:]], event, cutoff)

@@ -1,0 +1,99 @@
+"""The summary model call (S14, S21, S27): prompt, nostream tagging, output bounds, failure text."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.constants import TAG_NOSTREAM
+
+from ctxpress.compaction.text_preview import head_middle_tail_preview
+from ctxpress.config import CompressionConfig
+from ctxpress.summary.render import deterministic_digest, render_messages
+from ctxpress.tokens import estimate_tokens
+
+SUMMARY_SOURCE_METADATA = {"lc_source": "summarization", "ctxpress_call": "summary"}
+#: Share of the threshold the summary request's input may use, leaving room for the answer.
+SUMMARY_INPUT_SHARE = 0.75
+MIN_SUMMARY_INPUT_TOKENS = 512
+MAX_SUMMARY_TOKENS = 4096
+
+
+def summary_call_config() -> RunnableConfig:
+    """Tags that keep the internal call out of `stream_mode="messages"` (S21) and label its usage."""
+    return {"tags": [TAG_NOSTREAM, "ctxpress:summary"], "metadata": dict(SUMMARY_SOURCE_METADATA)}
+
+
+def summary_output_budget(config: CompressionConfig) -> int:
+    return max(256, min(MAX_SUMMARY_TOKENS, config.threshold_tokens // 4))
+
+
+def build_summary_request(config: CompressionConfig, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The summary model's input, bounded so the summary request itself fits."""
+    profile = config.token_profile
+    prompt_tokens = estimate_tokens(config.render_summary_prompt(""), profile)
+    budget = max(MIN_SUMMARY_INPUT_TOKENS, int(config.threshold_tokens * SUMMARY_INPUT_SHARE) - prompt_tokens)
+    return [HumanMessage(content=config.render_summary_prompt(render_messages(messages, budget, profile)))]
+
+
+@dataclass(frozen=True)
+class SummaryOutcome:
+    text: str
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def outcome_from_response(config: CompressionConfig, response: BaseMessage) -> SummaryOutcome:
+    text = response.text.strip() if hasattr(response, "text") else str(response.content).strip()
+    if not text:
+        return SummaryOutcome("", "the summary model returned an empty summary")
+    budget = summary_output_budget(config)
+    tokens = estimate_tokens(text, config.token_profile)
+    if tokens > budget:
+        # An over-long summary would defeat its purpose; keep its head and tail within the budget.
+        text = head_middle_tail_preview(text, budget, config.token_profile, tokens)
+    return SummaryOutcome(text)
+
+
+def failed_summary_text(error: str, messages: Sequence[BaseMessage]) -> str:
+    """S27: the error goes into the summary view, with a digest so the model is not left blind."""
+    return (
+        f"(The summary model failed: {error}. A deterministic digest of the summarised messages "
+        f"follows instead.)\n{deterministic_digest(messages)}"
+    )
+
+
+def short_error(exc: BaseException) -> str:
+    """A one-line error without provider internals (no bodies, no URLs)."""
+    message = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {message[:200]}" if message else type(exc).__name__
+
+
+def summarize(
+    model: BaseChatModel, config: CompressionConfig, messages: Sequence[BaseMessage]
+) -> SummaryOutcome:
+    try:
+        response = model.invoke(build_summary_request(config, messages), config=summary_call_config())
+    except Exception as exc:
+        return SummaryOutcome("", short_error(exc))
+    return outcome_from_response(config, response)
+
+
+async def asummarize(
+    model: BaseChatModel, config: CompressionConfig, messages: Sequence[BaseMessage], timeout: float | None
+) -> SummaryOutcome:
+    try:
+        call = model.ainvoke(build_summary_request(config, messages), config=summary_call_config())
+        response = await asyncio.wait_for(call, timeout)
+    except TimeoutError:
+        return SummaryOutcome("", f"the summary model did not answer within {timeout:g} s")
+    except Exception as exc:
+        return SummaryOutcome("", short_error(exc))
+    return outcome_from_response(config, response)
