@@ -75,7 +75,12 @@ class ScriptedChatModel(BaseChatModel):
                 content=piece,
                 id=message.id,
                 tool_call_chunks=[
-                    {"name": c["name"], "args": __import__("json").dumps(c["args"]), "id": c["id"], "index": i}
+                    {
+                        "name": c["name"],
+                        "args": __import__("json").dumps(c["args"]),
+                        "id": c["id"],
+                        "index": i,
+                    }
                     for i, c in enumerate(message.tool_calls)
                 ]
                 if last
@@ -87,4 +92,6 @@ class ScriptedChatModel(BaseChatModel):
 
 
 def tool_call(name: str, args: dict[str, Any], call_id: str, text: str = "") -> AIMessage:
-    return AIMessage(content=text, tool_calls=[{"name": name, "args": args, "id": call_id, "type": "tool_call"}])
+    return AIMessage(
+        content=text, tool_calls=[{"name": name, "args": args, "id": call_id, "type": "tool_call"}]
+    )
