@@ -162,7 +162,7 @@ class FailingHistoryWorkdir(LocalWorkdir):
 def test_s27_history_write_failure_goes_on_without_file(tmp_path: Any, checkpointer: Any) -> None:
     workdir = FailingHistoryWorkdir(tmp_path / "wd")
     summary_model = ScriptedChatModel(script=[AIMessage(content="摘要内容")] * 5)
-    agent, model = _l2_agent(workdir, checkpointer, 3, summary_model)
+    agent, _model = _l2_agent(workdir, checkpointer, 3, summary_model)
     events = [e for turn in range(3) for e in run_turn(agent, f"问题{turn}")]
     event = state_of(agent)["_summarization_event"]
     assert event["file_path"] is None
@@ -177,7 +177,7 @@ def test_s27_summary_model_failure_puts_error_and_digest_in_view(
     workdir: LocalWorkdir, checkpointer: Any
 ) -> None:
     summary_model = ScriptedChatModel(script=[RuntimeError("upstream 503")] * 5)
-    agent, model = _l2_agent(workdir, checkpointer, 3, summary_model)
+    agent, _model = _l2_agent(workdir, checkpointer, 3, summary_model)
     events = [e for turn in range(3) for e in run_turn(agent, f"问题{turn}：故宫开放时间？")]
     summary = state_of(agent)["_summarization_event"]["summary_message"].content
     assert "summary model failed" in summary and "upstream 503" in summary
@@ -191,7 +191,7 @@ def test_s15_three_successive_summaries_have_cumulative_cutoffs(
     workdir: LocalWorkdir, checkpointer: Any
 ) -> None:
     summary_model = ScriptedChatModel(script=[AIMessage(content=f"第{i}份摘要") for i in range(20)])
-    agent, model = _l2_agent(workdir, checkpointer, 8, summary_model, keep=3)
+    agent, _model = _l2_agent(workdir, checkpointer, 8, summary_model, keep=3)
     seen: list[dict[str, Any]] = []
     for turn in range(8):
         run_turn(agent, f"问题{turn}")
@@ -294,7 +294,7 @@ def test_s6_overflow_with_nothing_left_to_cut_fails_with_event(
     )
     agent = build_agent(model, middleware, checkpointer)
     events: list[dict[str, Any]] = []
-    with pytest.raises(Exception, match="does not fit|exceeds"):
+    with pytest.raises(Exception, match=r"does not fit|exceeds"):
         events.extend(run_turn(agent, "你好"))
     # The overflowing payload was sent once, never resent unchanged.
     contents = [tuple(m.content for m in r) for r in model.requests]
@@ -331,10 +331,10 @@ async def test_s20_events_in_order_sync_and_async(workdir: LocalWorkdir, use_asy
     for turn in range(4):
         payload = {"messages": [HumanMessage(content=f"问题{turn}")]}
         if use_async:
-            async for mode, item in agent.astream(payload, THREAD, stream_mode=["custom"]):
+            async for _mode, item in agent.astream(payload, THREAD, stream_mode=["custom"]):
                 events.append(item)
         else:
-            for mode, item in agent.stream(payload, THREAD, stream_mode=["custom"]):
+            for _mode, item in agent.stream(payload, THREAD, stream_mode=["custom"]):
                 events.append(item)
     compression = [e for e in events if e["type"] == "context_compression"]
     assert compression, "the premise: compression happened"
