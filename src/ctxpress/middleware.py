@@ -35,7 +35,7 @@ from langchain.agents.middleware.types import (
 )
 from langchain_core.exceptions import ContextOverflowError
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AnyMessage, BaseMessage
+from langchain_core.messages import AnyMessage, BaseMessage, ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
@@ -93,7 +93,8 @@ class BuildL1View:
 @dataclass(frozen=True)
 class SaveAndSummarize:
     span: HistoryRange
-    messages: list[BaseMessage]
+    messages: list[BaseMessage]  # what the summary model reads: the bounded L1 view
+    history: list[BaseMessage]  # what the history file keeps: see `_history_messages`
 
 
 @dataclass(frozen=True)
@@ -249,7 +250,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
 
     def _save_history(self, effect: SaveAndSummarize, request: ModelRequest) -> tuple[str | None, str | None]:
         try:
-            return write_history(self._resolve_workdir(request), effect.span, effect.messages), None
+            return write_history(self._resolve_workdir(request), effect.span, effect.history), None
         except Exception as exc:  # S27: log, carry on without a file
             logger.error("could not save conversation history %s: %s", effect.span, short_error(exc))
             return None, short_error(exc)
@@ -380,7 +381,9 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             previous_file=previous["file_path"] if previous else None,
         )
         summarised = l1.messages[:cutoff]
-        saved: SavedSummary = yield SaveAndSummarize(span, summarised)
+        saved: SavedSummary = yield SaveAndSummarize(
+            span, summarised, _history_messages(effective, l1, cutoff)
+        )
         outcome = saved.outcome
         text = outcome.text if outcome.ok else failed_summary_text(outcome.error or "", summarised)
         sequence = (previous.get("summary_count", 0) if previous else 0) + 1
@@ -431,6 +434,19 @@ def _details(l1: CompactionResult | None, summary: _Summary | None) -> dict[str,
         if summary.write_error:
             details["history_error"] = summary.write_error
     return details
+
+
+def _history_messages(effective: EffectiveMessages, l1: CompactionResult, cutoff: int) -> list[BaseMessage]:
+    """The summarised messages as the history file keeps them.
+
+    Original messages (tool-call arguments uncut), except tool results that L1 stored in the
+    workdir: those appear as their offload view, whose path leads to the full text. History plus
+    those files therefore recover every byte without storing large results twice.
+    """
+    return [
+        view if isinstance(original, ToolMessage) and view is not original else original
+        for original, view in zip(effective.messages[:cutoff], l1.messages[:cutoff], strict=True)
+    ]
 
 
 def _response(response: ModelResponse, update: dict[str, Any]) -> ModelResponse | ExtendedModelResponse:

@@ -53,6 +53,17 @@ def offloaded_view_text(
     return f"{header}\nPreview:\n{preview}" if preview else header
 
 
+_REFERENCE = re.compile(r"is saved in the workdir at (\S+) \(sha256 ([0-9a-f]{64})\)")
+
+
+def parse_offload_reference(text: str) -> tuple[str, str] | None:
+    """(path, sha256) of an offload view's file, or None when `text` is not an offload view."""
+    if not is_offloaded_text(text):
+        return None
+    match = _REFERENCE.search(text, 0, 1000)
+    return (match.group(1), match.group(2)) if match else None
+
+
 @dataclass(frozen=True)
 class _Offload:
     """A remembered decision for one piece of content: the replacement text and its file."""

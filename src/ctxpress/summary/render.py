@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from ctxpress.compaction.content import content_text
+from ctxpress.compaction.offload import parse_offload_reference
 from ctxpress.compaction.text_preview import head_middle_tail_preview
 from ctxpress.tokens import estimate_tokens
 
@@ -74,10 +75,9 @@ def deterministic_digest(messages: Sequence[BaseMessage]) -> str:
                 args = call["args"] if isinstance(call["args"], dict) else {}
                 paths.extend(str(args[key]) for key in PATH_ARGUMENT_KEYS if isinstance(args.get(key), str))
         elif isinstance(message, ToolMessage):
-            text = content_text(message.content)
-            marker = "is saved in the workdir at "
-            if marker in text:
-                paths.append(text.split(marker, 1)[1].split(" ", 1)[0])
+            reference = parse_offload_reference(content_text(message.content))
+            if reference is not None:
+                paths.append(reference[0])
     lines = [f"Messages summarised: {len(messages)}."]
     if requests:
         lines.append("User requests (most recent last):")
