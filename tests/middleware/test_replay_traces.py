@@ -47,7 +47,9 @@ def _assert_recoverable(workdir: LocalWorkdir, originals: dict[str, BaseMessage]
 
 
 def test_replay_every_trace_is_provider_valid_and_recoverable(traces_dir: Path) -> None:
-    config = CompressionConfig(summary_threshold=2, summary_keep_messages=6, summary_tool_result_token_limit=300)
+    config = CompressionConfig(
+        summary_threshold=2, summary_keep_messages=6, summary_tool_result_token_limit=300
+    )
     levels: Counter[str | None] = Counter()
     conversations = 0
     recovered = 0
@@ -55,9 +57,15 @@ def test_replay_every_trace_is_provider_valid_and_recoverable(traces_dir: Path) 
         conversations += 1
         with tempfile.TemporaryDirectory() as root:
             workdir = LocalWorkdir(root)
-            middleware = ContextCompressionMiddleware(config, workdir=workdir, summary_model=EchoSummaryModel())
+            middleware = ContextCompressionMiddleware(
+                config, workdir=workdir, summary_model=EchoSummaryModel()
+            )
             result = replay_messages(
-                conversation.messages, middleware, model=EchoSummaryModel(), tools=conversation.tools, keep_views=True
+                conversation.messages,
+                middleware,
+                model=EchoSummaryModel(),
+                tools=conversation.tools,
+                keep_views=True,
             )
             for step in result.steps:
                 assert step.view is not None
