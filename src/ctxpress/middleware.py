@@ -35,7 +35,7 @@ from langchain.agents.middleware.types import (
 )
 from langchain_core.exceptions import ContextOverflowError
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AnyMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AnyMessage, BaseMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
@@ -45,18 +45,15 @@ from ctxpress.config import CompressionConfig
 from ctxpress.events import CompressionEvents, Level
 from ctxpress.overflow_trim import trim_kept_tool_results
 from ctxpress.pressure import RequestPressure, measure_request
-from ctxpress.summary.cutoff import choose_cutoff
 from ctxpress.summary.event import (
     EffectiveMessages,
     SummarizationEvent,
     effective_messages,
-    make_summary_message,
 )
-from ctxpress.summary.history import HistoryRange, write_history
+from ctxpress.summary.history import write_history
+from ctxpress.summary.step import SaveAndSummarize, SavedSummary, SummaryStep, summary_step
 from ctxpress.summary.summarizer import (
-    SummaryOutcome,
     asummarize,
-    failed_summary_text,
     short_error,
     summarize,
 )
@@ -91,37 +88,13 @@ class BuildL1View:
 
 
 @dataclass(frozen=True)
-class SaveAndSummarize:
-    span: HistoryRange
-    messages: list[BaseMessage]  # what the summary model reads: the bounded L1 view
-    history: list[BaseMessage]  # what the history file keeps: see `_history_messages`
-
-
-@dataclass(frozen=True)
 class TrimTail:
     view: list[BaseMessage]
     originals: dict[str, BaseMessage]
 
 
-@dataclass(frozen=True)
-class SavedSummary:
-    file_path: str | None
-    write_error: str | None
-    outcome: SummaryOutcome
-
-
 Effect = CallModel | BuildL1View | SaveAndSummarize | TrimTail
 Flow = Generator[Effect, Any, ModelResponse | ExtendedModelResponse]
-
-
-@dataclass
-class _Summary:
-    """The result of an L2 step: the new event and the view to send."""
-
-    event: SummarizationEvent
-    view: list[BaseMessage]
-    summary_error: str | None
-    write_error: str | None
 
 
 @dataclass
@@ -132,7 +105,7 @@ class _Call:
     effective: EffectiveMessages
     events: CompressionEvents
     state_update: dict[str, Any] = field(default_factory=dict)
-    summary: _Summary | None = None
+    summary: SummaryStep | None = None
 
     def with_messages(self, messages: list[BaseMessage]) -> ModelRequest:
         return self.request.override(messages=cast("list[AnyMessage]", messages))
@@ -364,42 +337,15 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         call.events.completed("l2", tokens_before, tokens_after, reason="context_overflow", **details)
         return _response(response, call.state_update)
 
-    def _summarize(self, call: _Call, l1: CompactionResult) -> Generator[Effect, Any, _Summary | None]:
-        """L2 (S14, S15): cutoff, history file, summary, event. None when there is nothing to do."""
-        effective = call.effective
-        cutoff = choose_cutoff(effective.messages, self.config.summary_keep_messages)
-        # Loop guard: with only the previous summary before the cutoff there is nothing new to
-        # summarise, and summarising the summary again would only lose detail.
-        if cutoff is None or (effective.has_summary and cutoff <= 1):
-            return None
-        previous = effective.event
-        global_cutoff = effective.to_global(cutoff)
-        span = HistoryRange(
-            thread_id=_thread_id(),
-            start=effective.cutoff_index,
-            end=global_cutoff,
-            previous_file=previous["file_path"] if previous else None,
+    def _summarize(self, call: _Call, l1: CompactionResult) -> Generator[Effect, Any, SummaryStep | None]:
+        """L2 (S14, S15) for this call; records the event in the call's state update."""
+        step = yield from summary_step(
+            call.effective, l1.messages, call.request.messages, self.config, _thread_id()
         )
-        summarised = l1.messages[:cutoff]
-        saved: SavedSummary = yield SaveAndSummarize(
-            span, summarised, _history_messages(effective, l1, cutoff)
-        )
-        outcome = saved.outcome
-        text = outcome.text if outcome.ok else failed_summary_text(outcome.error or "", summarised)
-        sequence = (previous.get("summary_count", 0) if previous else 0) + 1
-        summary_message = make_summary_message(text, saved.file_path, sequence)
-        event: SummarizationEvent = {
-            "cutoff_index": global_cutoff,
-            "summary_message": summary_message,
-            "file_path": saved.file_path,
-            "first_kept_id": call.request.messages[global_cutoff].id,
-            "summary_count": sequence,
-        }
-        call.state_update[EVENT_KEY] = event
-        call.summary = _Summary(
-            event, [summary_message, *l1.messages[cutoff:]], outcome.error, saved.write_error
-        )
-        return call.summary
+        if step is not None:
+            call.state_update[EVENT_KEY] = step.event
+            call.summary = step
+        return step
 
     # --- measuring ------------------------------------------------------------------------------
 
@@ -418,7 +364,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             logger.exception("pressure callback failed")
 
 
-def _details(l1: CompactionResult | None, summary: _Summary | None) -> dict[str, Any]:
+def _details(l1: CompactionResult | None, summary: SummaryStep | None) -> dict[str, Any]:
     details: dict[str, Any] = {}
     if l1 is not None:
         details["files_written"] = [item.path for item in l1.files_written]
@@ -434,19 +380,6 @@ def _details(l1: CompactionResult | None, summary: _Summary | None) -> dict[str,
         if summary.write_error:
             details["history_error"] = summary.write_error
     return details
-
-
-def _history_messages(effective: EffectiveMessages, l1: CompactionResult, cutoff: int) -> list[BaseMessage]:
-    """The summarised messages as the history file keeps them.
-
-    Original messages (tool-call arguments uncut), except tool results that L1 stored in the
-    workdir: those appear as their offload view, whose path leads to the full text. History plus
-    those files therefore recover every byte without storing large results twice.
-    """
-    return [
-        view if isinstance(original, ToolMessage) and view is not original else original
-        for original, view in zip(effective.messages[:cutoff], l1.messages[:cutoff], strict=True)
-    ]
 
 
 def _response(response: ModelResponse, update: dict[str, Any]) -> ModelResponse | ExtendedModelResponse:

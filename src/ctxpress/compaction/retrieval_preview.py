@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ctxpress.tokens import estimate_tokens
@@ -21,8 +22,10 @@ TITLE_KEYS = ("title", "name", "heading", "document_name")
 URL_KEYS = ("url", "link", "href", "uri")
 SCORE_KEYS = ("score", "relevance_score", "similarity", "rerank_score", "distance")
 BODY_KEYS = ("content", "text", "snippet", "body", "page_content", "chunk", "summary", "description")
-#: Characters of body kept per result; the whole preview is still bounded by the token budget.
+#: Characters of body kept per result at most; the whole preview is still bounded by the budget.
 BODY_PREVIEW_CHARS = 160
+#: Share of the budget that result metadata lines may use before bodies get the rest.
+METADATA_SHARE = 0.6
 
 
 def is_retrieval_tool(tool_name: str) -> bool:
@@ -63,12 +66,6 @@ def _first(record: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, Any] 
     return None
 
 
-def _scalar(value: Any) -> str | int | float | bool:
-    if isinstance(value, str | int | float | bool):
-        return value
-    return json.dumps(value, ensure_ascii=False)[:BODY_PREVIEW_CHARS]
-
-
 def _flatten(item: Any) -> tuple[dict[str, Any], str | None]:
     """A record's fields (with LangChain-style `metadata` merged in) and a title for pair items."""
     if isinstance(item, dict):
@@ -83,50 +80,100 @@ def _flatten(item: Any) -> tuple[dict[str, Any], str | None]:
     return {}, None
 
 
-def summarize_record(rank: int, item: Any) -> dict[str, Any]:
+def _readable_body(value: Any) -> str:
+    """Body text on one line; a JSON object body reads as `key: value; …` (cheaper than escaped JSON)."""
+    if isinstance(value, str):
+        stripped = value.strip()
+        if stripped.startswith("{"):
+            try:
+                value = json.loads(stripped)
+            except ValueError:
+                return " ".join(stripped[: BODY_PREVIEW_CHARS * 4].split())
+        else:
+            return " ".join(stripped[: BODY_PREVIEW_CHARS * 4].split())
+    if isinstance(value, dict):
+        return "; ".join(f"{key}: {_compact(item)}" for key, item in value.items())[: BODY_PREVIEW_CHARS * 4]
+    return _compact(value)[: BODY_PREVIEW_CHARS * 4]
+
+
+def _compact(value: Any) -> str:
+    if isinstance(value, str):
+        return " ".join(value.split())
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class RecordSummary:
+    rank: int
+    fields: dict[str, str]  # id, source, title, url, score — under their original key names
+    body: str
+
+    def line(self, body_chars: int) -> str:
+        parts = [f"{key}={value}" for key, value in self.fields.items()]
+        body = self.body[:body_chars] + ("…" if len(self.body) > body_chars else "") if body_chars > 0 else ""
+        return f"#{self.rank} " + " | ".join([*parts, body] if body else parts)
+
+
+def summarize_record(rank: int, item: Any) -> RecordSummary:
     fields, pair_title = _flatten(item)
-    line: dict[str, Any] = {"rank": rank}
-    for label, keys in (("id", ID_KEYS), ("source", SOURCE_KEYS), ("title", TITLE_KEYS), ("url", URL_KEYS)):
+    kept: dict[str, str] = {}
+    for keys in (ID_KEYS, SOURCE_KEYS, TITLE_KEYS, URL_KEYS, SCORE_KEYS):
         found = _first(fields, keys)
         if found is not None:
-            line[label if found[0] == label else found[0]] = _scalar(found[1])
-    if pair_title is not None and "title" not in line:
-        line["title"] = pair_title
-    score = _first(fields, SCORE_KEYS)
-    if score is not None:
-        line[score[0]] = _scalar(score[1])
-    body = _first(fields, BODY_KEYS)
-    if body is not None:
-        text = body[1] if isinstance(body[1], str) else json.dumps(body[1], ensure_ascii=False)
+            kept[found[0]] = _compact(found[1])[:BODY_PREVIEW_CHARS]
+    if pair_title is not None and not any(key in kept for key in TITLE_KEYS):
+        kept["title"] = pair_title
+    body_field = _first(fields, BODY_KEYS)
+    if body_field is not None:
+        body = _readable_body(body_field[1])
     elif fields:
-        used = set(line)
-        rest = {k: v for k, v in fields.items() if k not in used and k != "metadata"}
-        text = json.dumps(rest, ensure_ascii=False) if rest else ""
+        rest = {k: v for k, v in fields.items() if k not in kept and k != "metadata"}
+        body = _readable_body(rest) if rest else ""
     else:
-        text = item if isinstance(item, str) else json.dumps(item, ensure_ascii=False)
-    text = " ".join(text[: BODY_PREVIEW_CHARS * 2].split())
-    if text:
-        line["preview"] = text[:BODY_PREVIEW_CHARS] + ("…" if len(text) > BODY_PREVIEW_CHARS else "")
-    return line
+        body = _readable_body(item)
+    return RecordSummary(rank, kept, body)
 
 
 def retrieval_preview(text: str, budget: int, profile: str = "default") -> str | None:
-    """The structured preview of a retrieval result, or None when it is not a recognisable result list."""
+    """The structured preview of a retrieval result, or None when it is not a recognisable result list.
+
+    Metadata lines come first (as many results as fit in about half the budget, in order); the rest
+    of the budget is shared out as a body preview per shown result.
+    """
     results = _find_result_list(_parse_json(text))
     if results is None:
         return None
     total = len(results)
-    lines = [f"{total} results; preview in original order:"]
-    used = estimate_tokens(lines[0], profile)
-    kept = 0
+    header = f"{total} results; preview in original order:"
+    used = estimate_tokens(header, profile)
+    summaries: list[RecordSummary] = []
     for rank, item in enumerate(results, start=1):
-        line = json.dumps(summarize_record(rank, item), ensure_ascii=False)
-        cost = estimate_tokens(line, profile) + 1
+        summary = summarize_record(rank, item)
+        cost = estimate_tokens(summary.line(0), profile) + 1
+        if used + cost > budget * METADATA_SHARE and summaries:
+            break
         if used + cost > budget:
             break
-        lines.append(line)
+        summaries.append(summary)
         used += cost
-        kept += 1
-    if kept < total:
-        lines.append(f"{total - kept} more results left out of this preview; the full file has all of them.")
-    return "\n".join(lines)
+    footer = (
+        f"{total - len(summaries)} more results left out of this preview; the full file has all of them."
+        if len(summaries) < total
+        else ""
+    )
+    used += estimate_tokens(footer, profile)
+    lines = _with_bodies(summaries, max(0, budget - used), profile)
+    return "\n".join([header, *lines, *([footer] if footer else [])])
+
+
+def _with_bodies(summaries: list[RecordSummary], spare_tokens: int, profile: str) -> list[str]:
+    """Metadata lines with body previews sized to share `spare_tokens` (shrinking until they fit)."""
+    if not summaries:
+        return []
+    body_chars = min(BODY_PREVIEW_CHARS, max(len(s.body) for s in summaries))
+    while True:
+        lines = [summary.line(body_chars) for summary in summaries]
+        bare = sum(estimate_tokens(summary.line(0), profile) for summary in summaries)
+        if body_chars <= 0 or sum(estimate_tokens(line, profile) for line in lines) - bare <= spare_tokens:
+            return lines
+        body_chars = body_chars * 2 // 3 if body_chars > 12 else 0

@@ -11,6 +11,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from ctxpress.compaction.content import content_text
 from ctxpress.compaction.offload import parse_offload_reference
 from ctxpress.compaction.text_preview import head_middle_tail_preview
+from ctxpress.summary.event import is_summary_message
 from ctxpress.tokens import estimate_tokens
 
 #: Every message keeps at least this much of its text when the input is squeezed to the budget.
@@ -18,6 +19,7 @@ MIN_TOKENS_PER_MESSAGE = 24
 DIGEST_ITEM_CHARS = 160
 DIGEST_MAX_ITEMS = 12
 PATH_ARGUMENT_KEYS = ("path", "file_path", "filename", "file")
+EARLIER_SUMMARY_CHARS = 1500
 
 
 def _role(message: BaseMessage) -> str:
@@ -65,7 +67,12 @@ def _short(text: str) -> str:
 
 def deterministic_digest(messages: Sequence[BaseMessage]) -> str:
     """What the summarised range contained, without a model: requests, tool calls, file paths."""
-    requests = [_short(content_text(m.content)) for m in messages if isinstance(m, HumanMessage)]
+    earlier = [content_text(m.content) for m in messages if is_summary_message(m)]
+    requests = [
+        _short(content_text(m.content))
+        for m in messages
+        if isinstance(m, HumanMessage) and not is_summary_message(m)
+    ]
     calls: dict[str, int] = {}
     paths: list[str] = []
     for message in messages:
@@ -79,6 +86,10 @@ def deterministic_digest(messages: Sequence[BaseMessage]) -> str:
             if reference is not None:
                 paths.append(reference[0])
     lines = [f"Messages summarised: {len(messages)}."]
+    if earlier:
+        # Carry the previous summary forward, so a failed summary does not erase what it held.
+        body = earlier[-1].split("\n\n", 1)[-1]
+        lines.append("Earlier summary: " + body[:EARLIER_SUMMARY_CHARS])
     if requests:
         lines.append("User requests (most recent last):")
         lines.extend(f"- {item}" for item in requests[-DIGEST_MAX_ITEMS:])

@@ -1,0 +1,107 @@
+"""The L2 step (S14, S15), shared by automatic compression and the manual "compress context" action.
+
+Written as a generator that yields one `SaveAndSummarize` effect: the caller decides how to carry
+it out (in order, or with the history write and the summary call running concurrently) and sends
+back a `SavedSummary`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+
+from langchain_core.messages import BaseMessage, ToolMessage
+
+from ctxpress.config import CompressionConfig
+from ctxpress.summary.cutoff import choose_cutoff
+from ctxpress.summary.event import EffectiveMessages, SummarizationEvent, make_summary_message
+from ctxpress.summary.history import HistoryRange
+from ctxpress.summary.summarizer import SummaryOutcome, failed_summary_text
+
+
+@dataclass(frozen=True)
+class SaveAndSummarize:
+    span: HistoryRange
+    messages: list[BaseMessage]  # what the summary model reads: the bounded L1 view
+    history: list[BaseMessage]  # what the history file keeps: see `history_messages`
+
+
+@dataclass(frozen=True)
+class SavedSummary:
+    file_path: str | None
+    write_error: str | None
+    outcome: SummaryOutcome
+
+
+@dataclass(frozen=True)
+class SummaryStep:
+    """A finished L2 step: the new event, the view to send, and what went wrong on the way."""
+
+    event: SummarizationEvent
+    view: list[BaseMessage]
+    summary_error: str | None
+    write_error: str | None
+    summary_text: str
+
+
+SummaryGenerator = Generator[SaveAndSummarize, SavedSummary, SummaryStep | None]
+
+
+def history_messages(
+    effective: Sequence[BaseMessage], view: Sequence[BaseMessage], cutoff: int
+) -> list[BaseMessage]:
+    """The summarised messages as the history file keeps them.
+
+    Original messages (tool-call arguments uncut), except tool results that L1 stored in the
+    workdir: those appear as their offload view, whose path leads to the full text. History plus
+    those files therefore recover every byte without storing large results twice.
+    """
+    return [
+        shown if isinstance(original, ToolMessage) and shown is not original else original
+        for original, shown in zip(effective[:cutoff], view[:cutoff], strict=True)
+    ]
+
+
+def summary_cutoff(effective: EffectiveMessages, keep: int) -> int | None:
+    """The local cutoff of the next summary, or None when there is nothing new to summarise."""
+    cutoff = choose_cutoff(effective.messages, keep)
+    # Loop guard: with only the previous summary before the cutoff there is nothing new to
+    # summarise, and summarising the summary again would only lose detail.
+    if cutoff is None or (effective.has_summary and cutoff <= 1):
+        return None
+    return cutoff
+
+
+def summary_step(
+    effective: EffectiveMessages,
+    view: Sequence[BaseMessage],
+    state_messages: Sequence[BaseMessage],
+    config: CompressionConfig,
+    thread_id: str | None,
+) -> SummaryGenerator:
+    """Cutoff, history file and summary for `effective` (whose L1 view is `view`)."""
+    cutoff = summary_cutoff(effective, config.summary_keep_messages)
+    if cutoff is None:
+        return None
+    previous = effective.event
+    global_cutoff = effective.to_global(cutoff)
+    span = HistoryRange(
+        thread_id=thread_id,
+        start=effective.cutoff_index,
+        end=global_cutoff,
+        previous_file=previous["file_path"] if previous else None,
+    )
+    summarised = list(view[:cutoff])
+    saved = yield SaveAndSummarize(span, summarised, history_messages(effective.messages, view, cutoff))
+    outcome = saved.outcome
+    text = outcome.text if outcome.ok else failed_summary_text(outcome.error or "", summarised)
+    sequence = (previous.get("summary_count", 0) if previous else 0) + 1
+    summary_message = make_summary_message(text, saved.file_path, sequence)
+    event: SummarizationEvent = {
+        "cutoff_index": global_cutoff,
+        "summary_message": summary_message,
+        "file_path": saved.file_path,
+        "first_kept_id": state_messages[global_cutoff].id,
+        "summary_count": sequence,
+    }
+    return SummaryStep(event, [summary_message, *view[cutoff:]], outcome.error, saved.write_error, text)
