@@ -2,7 +2,9 @@
 
 from ctxpress.compaction import CompactionResult, compact_view
 from ctxpress.config import CompressionConfig
+from ctxpress.manual import ManualCompressionError, ManualCompressionResult, compress_now
 from ctxpress.middleware import ContextCompressionMiddleware
+from ctxpress.pressure import RequestPressure, measure_request
 from ctxpress.tokens import count_request_tokens, estimate_tokens
 from ctxpress.workdir import LocalWorkdir, Workdir
 
@@ -11,9 +13,14 @@ __all__ = [
     "CompressionConfig",
     "ContextCompressionMiddleware",
     "LocalWorkdir",
+    "ManualCompressionError",
+    "ManualCompressionResult",
+    "RequestPressure",
     "Workdir",
     "compact_view",
+    "compress_now",
     "count_request_tokens",
     "estimate_tokens",
+    "measure_request",
 ]
 __version__ = "0.1.0"

@@ -50,12 +50,15 @@ from ctxpress.summary.event import (
     SummarizationEvent,
     effective_messages,
 )
-from ctxpress.summary.history import write_history
-from ctxpress.summary.step import SaveAndSummarize, SavedSummary, SummaryStep, summary_step
+from ctxpress.summary.step import (
+    SaveAndSummarize,
+    SummaryStep,
+    asave_and_summarize,
+    save_and_summarize,
+    summary_step,
+)
 from ctxpress.summary.summarizer import (
-    asummarize,
     short_error,
-    summarize,
 )
 from ctxpress.tokens import count_request_tokens
 from ctxpress.workdir import Workdir
@@ -189,9 +192,9 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             return self._build_l1(effect.messages, request)
         if isinstance(effect, TrimTail):
             return self._trim(effect, request)
-        file_path, write_error = self._save_history(effect, request)
-        outcome = summarize(self._summary_model(request), self.config, effect.messages)
-        return SavedSummary(file_path, write_error, outcome)
+        return save_and_summarize(
+            effect, self._resolve_workdir(request), self._summary_model(request), self.config
+        )
 
     async def _run_async(
         self,
@@ -205,12 +208,13 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             return await asyncio.to_thread(self._build_l1, effect.messages, request)
         if isinstance(effect, TrimTail):
             return await asyncio.to_thread(self._trim, effect, request)
-        # The history write and the summary call are independent: run them concurrently.
-        (file_path, write_error), outcome = await asyncio.gather(
-            asyncio.to_thread(self._save_history, effect, request),
-            asummarize(self._summary_model(request), self.config, effect.messages, self.summary_timeout),
+        return await asave_and_summarize(
+            effect,
+            self._resolve_workdir(request),
+            self._summary_model(request),
+            self.config,
+            self.summary_timeout,
         )
-        return SavedSummary(file_path, write_error, outcome)
 
     def _resolve_workdir(self, request: ModelRequest) -> Workdir:
         return self._workdir(request) if callable(self._workdir) else self._workdir
@@ -220,13 +224,6 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
 
     def _build_l1(self, messages: list[BaseMessage], request: ModelRequest) -> CompactionResult:
         return compact_view(messages, self.config, self._resolve_workdir(request), cache=self._cache)
-
-    def _save_history(self, effect: SaveAndSummarize, request: ModelRequest) -> tuple[str | None, str | None]:
-        try:
-            return write_history(self._resolve_workdir(request), effect.span, effect.history), None
-        except Exception as exc:  # S27: log, carry on without a file
-            logger.error("could not save conversation history %s: %s", effect.span, short_error(exc))
-            return None, short_error(exc)
 
     def _trim(self, effect: TrimTail, request: ModelRequest) -> tuple[list[BaseMessage], list[BaseMessage]]:
         return trim_kept_tool_results(

@@ -352,3 +352,48 @@ async def test_s20_events_in_order_sync_and_async(workdir: LocalWorkdir, use_asy
 
 def _view_has_summary(view: list[BaseMessage]) -> bool:
     return any(isinstance(m.content, str) and m.content.startswith(SUMMARY_MARKER) for m in view)
+
+
+def test_s15_stale_event_is_detected_and_full_messages_used(
+    workdir: LocalWorkdir, checkpointer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = ScriptedChatModel(script=kb_script(1))
+    middleware = ContextCompressionMiddleware(
+        CompressionConfig(summary_threshold=100), workdir=workdir, summary_model=ScriptedChatModel()
+    )
+    agent = build_agent(model, middleware, checkpointer)
+    run_turn(agent, "第一个问题")
+    stale = {
+        "cutoff_index": 99,
+        "summary_message": HumanMessage(content=f"{SUMMARY_MARKER} stale", id="s-1"),
+        "file_path": None,
+        "first_kept_id": "no-such-message",
+    }
+    agent.update_state(THREAD, {"_summarization_event": stale})
+    model.script = [AIMessage(content="ok")]
+    run_turn(agent, "第二个问题")
+    view = model.requests[-1]
+    assert not _view_has_summary(view)  # never "summary only"
+    assert len(view) - 1 == len(state_of(agent)["messages"]) - 1  # every message, minus the new answer
+    assert "stale _summarization_event" in caplog.text
+
+
+def test_loop_guard_no_summary_of_the_summary(workdir: LocalWorkdir, checkpointer: Any) -> None:
+    summary_model = ScriptedChatModel(script=[AIMessage(content="摘要")] * 10)
+    model = ScriptedChatModel(script=kb_script(3))
+    middleware = ContextCompressionMiddleware(
+        CompressionConfig(summary_threshold=1, summary_keep_messages=3),
+        workdir=workdir,
+        summary_model=summary_model,
+    )
+    agent = build_agent(model, middleware, checkpointer)
+    for turn in range(3):
+        run_turn(agent, f"问题{turn}")
+    calls = len(summary_model.requests)
+    assert calls >= 1
+    assert state_of(agent)["_summarization_event"] is not None
+    # Everything after the cutoff is within the keep window: another call must not summarise again.
+    middleware.config = CompressionConfig(summary_threshold=1, summary_keep_messages=50)
+    model.script = [AIMessage(content="再答")]
+    run_turn(agent, "再问")
+    assert len(summary_model.requests) == calls

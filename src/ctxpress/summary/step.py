@@ -7,16 +7,28 @@ back a `SavedSummary`.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, ToolMessage
 
 from ctxpress.config import CompressionConfig
 from ctxpress.summary.cutoff import choose_cutoff
 from ctxpress.summary.event import EffectiveMessages, SummarizationEvent, make_summary_message
-from ctxpress.summary.history import HistoryRange
-from ctxpress.summary.summarizer import SummaryOutcome, failed_summary_text
+from ctxpress.summary.history import HistoryRange, write_history
+from ctxpress.summary.summarizer import (
+    SummaryOutcome,
+    asummarize,
+    failed_summary_text,
+    short_error,
+    summarize,
+)
+from ctxpress.workdir import Workdir
+
+logger = logging.getLogger("ctxpress.summary")
 
 
 @dataclass(frozen=True)
@@ -105,3 +117,35 @@ def summary_step(
         "summary_count": sequence,
     }
     return SummaryStep(event, [summary_message, *view[cutoff:]], outcome.error, saved.write_error, text)
+
+
+def save_history(workdir: Workdir, effect: SaveAndSummarize) -> tuple[str | None, str | None]:
+    """(path, None) on success, (None, error) on failure — logged, never raised (S27)."""
+    try:
+        return write_history(workdir, effect.span, effect.history), None
+    except Exception as exc:
+        logger.error("could not save conversation history %s: %s", effect.span, short_error(exc))
+        return None, short_error(exc)
+
+
+def save_and_summarize(
+    effect: SaveAndSummarize, workdir: Workdir, model: BaseChatModel, config: CompressionConfig
+) -> SavedSummary:
+    """The effect carried out in order (sync callers)."""
+    file_path, write_error = save_history(workdir, effect)
+    return SavedSummary(file_path, write_error, summarize(model, config, effect.messages))
+
+
+async def asave_and_summarize(
+    effect: SaveAndSummarize,
+    workdir: Workdir,
+    model: BaseChatModel,
+    config: CompressionConfig,
+    timeout: float | None,
+) -> SavedSummary:
+    """The effect with the history write and the summary call running concurrently."""
+    (file_path, write_error), outcome = await asyncio.gather(
+        asyncio.to_thread(save_history, workdir, effect),
+        asummarize(model, config, effect.messages, timeout),
+    )
+    return SavedSummary(file_path, write_error, outcome)

@@ -1,0 +1,118 @@
+"""Manual ("active") compression (S17–S19, S28): the L2 step on demand, outside any model call.
+
+Unlike the automatic path it needs *both* the history file and the summary: if either fails it
+raises `ManualCompressionError` naming the part, and no new `_summarization_event` is produced.
+The caller (the service) holds the conversation lock and writes the returned event through the
+agent's compiled graph.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, SystemMessage
+
+from ctxpress.compaction import CompactionCache, compact_view
+from ctxpress.config import CompressionConfig
+from ctxpress.summary.event import SummarizationEvent, effective_messages
+from ctxpress.summary.step import SaveAndSummarize, SummaryStep, asave_and_summarize, summary_step
+from ctxpress.tokens import count_request_tokens
+from ctxpress.workdir import Workdir
+
+FailedPart = Literal["history", "summary", "compaction"]
+
+
+class ManualCompressionError(Exception):
+    """Manual compression failed; `part` says which half (S28)."""
+
+    def __init__(self, part: FailedPart, message: str) -> None:
+        super().__init__(message)
+        self.part = part
+
+
+@dataclass(frozen=True)
+class ManualCompressionResult:
+    compressed: bool
+    tokens_before: int
+    tokens_after: int
+    reason: str | None = None
+    event: SummarizationEvent | None = None
+
+    @property
+    def cutoff_index(self) -> int | None:
+        return self.event["cutoff_index"] if self.event else None
+
+    @property
+    def file_path(self) -> str | None:
+        return self.event["file_path"] if self.event else None
+
+    @property
+    def summary_text(self) -> str | None:
+        return str(self.event["summary_message"].content) if self.event else None
+
+
+async def compress_now(
+    messages: Sequence[BaseMessage],
+    event: Any,
+    *,
+    config: CompressionConfig,
+    workdir: Workdir,
+    summary_model: BaseChatModel,
+    system_message: SystemMessage | None = None,
+    tools: Sequence[Any] = (),
+    thread_id: str | None = None,
+    summary_timeout: float | None = 120.0,
+    cache: CompactionCache | None = None,
+) -> ManualCompressionResult:
+    """Summarise what the current event does not cover yet; return the new event (not applied)."""
+    effective = effective_messages(messages, event)
+    profile = config.token_profile
+    tokens_before = count_request_tokens(effective.messages, system_message, tools, profile)
+    since_cutoff = len(messages) - effective.cutoff_index
+    if since_cutoff <= config.summary_keep_messages:
+        return ManualCompressionResult(
+            compressed=False,
+            tokens_before=tokens_before,
+            tokens_after=tokens_before,
+            reason=(
+                f"only {since_cutoff} messages since the last summary; at least "
+                f"{config.summary_keep_messages + 1} are needed (summary_keep_messages are kept)"
+            ),
+        )
+    l1 = await asyncio.to_thread(compact_view, effective.messages, config, workdir, cache=cache)
+    if l1.failures:
+        # S13 holds (failed results stay whole in the view), but manual compression promises a
+        # complete history: say which part failed instead of publishing a partial one.
+        first = l1.failures[0]
+        raise ManualCompressionError("compaction", f"could not store a large tool result: {first.reason}")
+    step_flow = summary_step(effective, l1.messages, messages, config, thread_id)
+    step: SummaryStep | None
+    try:
+        effect: SaveAndSummarize = next(step_flow)
+    except StopIteration as done:
+        step = done.value
+    else:
+        saved = await asave_and_summarize(effect, workdir, summary_model, config, summary_timeout)
+        if saved.write_error:
+            raise ManualCompressionError("history", f"could not save the history file: {saved.write_error}")
+        if not saved.outcome.ok:
+            raise ManualCompressionError("summary", f"the summary model failed: {saved.outcome.error}")
+        try:
+            step_flow.send(saved)
+        except StopIteration as done:
+            step = done.value
+        else:  # pragma: no cover - the step yields exactly once
+            raise RuntimeError("summary step yielded twice")
+    if step is None:
+        return ManualCompressionResult(
+            compressed=False,
+            tokens_before=tokens_before,
+            tokens_after=tokens_before,
+            reason="no safe cutoff: every older message belongs to an unfinished tool-call batch",
+        )
+    tokens_after = count_request_tokens(step.view, system_message, tools, profile)
+    return ManualCompressionResult(True, tokens_before, tokens_after, event=step.event)

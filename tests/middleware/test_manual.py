@@ -1,0 +1,98 @@
+"""Manual compression (S17–S19, S28) at the engine level: both halves or nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from ctxpress import CompressionConfig, ContextCompressionMiddleware, LocalWorkdir
+from ctxpress.manual import ManualCompressionError, compress_now
+from ctxpress.summary.event import is_summary_message
+from ctxpress.summary.history import read_history
+from tests.fakes import ScriptedChatModel
+from tests.middleware.conftest import build_agent, kb_call
+from tests.middleware.test_flow import FailingHistoryWorkdir
+
+THREAD = {"configurable": {"thread_id": "manual-1"}}
+
+
+def _conversation(workdir: Any, turns: int = 3) -> tuple[Any, ScriptedChatModel]:
+    script: list[AIMessage] = []
+    for turn in range(turns):
+        script += [kb_call(f"m{turn}", turn), AIMessage(content=f"回答{turn}")]
+    model = ScriptedChatModel(script=script)
+    middleware = ContextCompressionMiddleware(
+        CompressionConfig(summary_threshold=100, summary_keep_messages=3), workdir=workdir
+    )
+    agent = build_agent(model, middleware, InMemorySaver())
+    for turn in range(turns):
+        agent.invoke({"messages": [HumanMessage(content=f"问题{turn}")]}, THREAD)
+    return agent, model
+
+
+async def _compress(agent: Any, workdir: Any, summary_model: Any, keep: int = 3) -> Any:
+    values = agent.get_state(THREAD).values
+    return await compress_now(
+        values["messages"],
+        values.get("_summarization_event"),
+        config=CompressionConfig(summary_threshold=100, summary_keep_messages=keep),
+        workdir=workdir,
+        summary_model=summary_model,
+        thread_id="manual-1",
+    )
+
+
+async def test_s19_manual_compression_event_applied_through_the_graph(tmp_path: Any) -> None:
+    workdir = LocalWorkdir(tmp_path / "wd")
+    agent, model = _conversation(workdir)
+    summary_model = ScriptedChatModel(script=[AIMessage(content="手动摘要：用户问了三个问题。")])
+    result = await _compress(agent, workdir, summary_model)
+    assert result.compressed and result.tokens_after < result.tokens_before
+    assert summary_model.requests, "the summary model was called"
+    header, _saved = read_history(workdir, result.file_path)
+    assert header["range"] == [0, result.cutoff_index]
+    # S19: written through the compiled graph; the next model call sees the summary.
+    agent.update_state(THREAD, {"_summarization_event": result.event})
+    assert agent.get_state(THREAD).values["_summarization_event"]["cutoff_index"] == result.cutoff_index
+    model.script = [AIMessage(content="好的")]
+    agent.invoke({"messages": [HumanMessage(content="继续")]}, THREAD)
+    first_after_system = model.requests[-1][1]
+    assert is_summary_message(first_after_system) and "手动摘要" in first_after_system.content
+
+
+async def test_s28_summary_failure_raises_and_publishes_nothing(tmp_path: Any) -> None:
+    workdir = LocalWorkdir(tmp_path / "wd")
+    agent, _ = _conversation(workdir)
+    with pytest.raises(ManualCompressionError) as failure:
+        await _compress(agent, workdir, ScriptedChatModel(script=[RuntimeError("model down")]))
+    assert failure.value.part == "summary" and "model down" in str(failure.value)
+    assert agent.get_state(THREAD).values.get("_summarization_event") is None
+
+
+async def test_s28_history_failure_raises_and_publishes_nothing(tmp_path: Any) -> None:
+    workdir = FailingHistoryWorkdir(tmp_path / "wd")
+    agent, _ = _conversation(workdir)
+    with pytest.raises(ManualCompressionError) as failure:
+        await _compress(agent, workdir, ScriptedChatModel(script=[AIMessage(content="摘要")]))
+    assert failure.value.part == "history"
+    assert agent.get_state(THREAD).values.get("_summarization_event") is None
+
+
+async def test_s28_empty_summary_counts_as_failure(tmp_path: Any) -> None:
+    workdir = LocalWorkdir(tmp_path / "wd")
+    agent, _ = _conversation(workdir)
+    with pytest.raises(ManualCompressionError) as failure:
+        await _compress(agent, workdir, ScriptedChatModel(script=[AIMessage(content="   ")]))
+    assert failure.value.part == "summary"
+
+
+async def test_nothing_to_compress_reports_why(tmp_path: Any) -> None:
+    workdir = LocalWorkdir(tmp_path / "wd")
+    agent, _ = _conversation(workdir, turns=1)  # 4 messages
+    summary_model = ScriptedChatModel()
+    result = await _compress(agent, workdir, summary_model, keep=10)
+    assert not result.compressed and "summary_keep_messages" in (result.reason or "")
+    assert summary_model.requests == []
