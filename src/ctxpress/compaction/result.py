@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from langchain_core.messages import BaseMessage
+
+from ctxpress.tokens import count_message_tokens
 
 
 @dataclass(frozen=True)
@@ -45,11 +48,21 @@ class CompactionFailure:
 @dataclass
 class CompactionResult:
     messages: list[BaseMessage]
-    tokens_before: int
-    tokens_after: int
+    original: list[BaseMessage]
+    profile: str = "default"
     offloaded: list[OffloadedResult] = field(default_factory=list)
     truncated_arguments: list[TruncatedArgument] = field(default_factory=list)
     failures: list[CompactionFailure] = field(default_factory=list)
+
+    # Counted on demand: the middleware measures whole requests itself, so a pass over the
+    # history does not pay for counts nobody reads.
+    @cached_property
+    def tokens_before(self) -> int:
+        return sum(count_message_tokens(message, self.profile) for message in self.original)
+
+    @cached_property
+    def tokens_after(self) -> int:
+        return sum(count_message_tokens(message, self.profile) for message in self.messages)
 
     @property
     def changed(self) -> bool:

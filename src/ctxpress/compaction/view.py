@@ -15,7 +15,6 @@ from ctxpress.compaction.arguments import cut_long_file_arguments
 from ctxpress.compaction.offload import CompactionCache, compact_tool_message
 from ctxpress.compaction.result import CompactionResult
 from ctxpress.config import CompressionConfig
-from ctxpress.tokens import count_message_tokens
 from ctxpress.workdir import Workdir
 
 #: Shared by every `compact_view` call that does not bring its own cache.
@@ -47,7 +46,7 @@ def compact_view(
     cache = DEFAULT_CACHE if cache is None else cache
     profile = config.token_profile
     names = tool_names_by_call_id(messages)
-    result = CompactionResult(messages=[], tokens_before=0, tokens_after=0)
+    result = CompactionResult(messages=[], original=list(messages), profile=profile)
     for message in messages:
         new_message: BaseMessage = message
         if isinstance(message, AIMessage) and (message.tool_calls or message.additional_kwargs):
@@ -67,6 +66,4 @@ def compact_view(
             if failure is not None:
                 result.failures.append(failure)
         result.messages.append(new_message)
-        result.tokens_before += count_message_tokens(message, profile)
-        result.tokens_after += count_message_tokens(new_message, profile)
     return result
