@@ -54,7 +54,7 @@ class CompressionConfig(BaseModel):
 
     summary_threshold: float = Field(
         default=100,
-        gt=0,
+        ge=1 / TOKENS_PER_K,  # at least one token: a threshold of 0 would mean "always compress"
         le=1_000_000,
         description="The one pressure threshold, in K (1 K = 1024 approximate tokens).",
     )
@@ -75,6 +75,16 @@ class CompressionConfig(BaseModel):
         default="default",
         description="Tokenizer family whose coefficients the estimate uses (default, cl100k, o200k, qwen, deepseek).",
     )
+
+    @field_validator(
+        "summary_threshold", "summary_keep_messages", "summary_tool_result_token_limit", mode="before"
+    )
+    @classmethod
+    def _not_a_boolean(cls, value: Any) -> Any:
+        # JSON/TOML `true` would otherwise be read as 1 by pydantic's lax mode.
+        if isinstance(value, bool):
+            raise ValueError("must be a number, not a boolean")
+        return value
 
     @field_validator("summary_prompt")
     @classmethod

@@ -139,7 +139,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         self.summary_model = summary_model
         self.summary_timeout = summary_timeout
         self.on_pressure = on_pressure
-        self._cache = cache or DEFAULT_CACHE
+        self._cache = cache if cache is not None else DEFAULT_CACHE
 
     @property
     def name(self) -> str:
@@ -227,7 +227,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
 
     def _trim(self, effect: TrimTail, request: ModelRequest) -> tuple[list[BaseMessage], list[BaseMessage]]:
         return trim_kept_tool_results(
-            effect.view, effect.originals, self.config, self._resolve_workdir(request)
+            effect.view, effect.originals, self.config, self._resolve_workdir(request), self._cache
         )
 
     # --- the flow -------------------------------------------------------------------------------

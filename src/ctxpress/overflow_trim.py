@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from langchain_core.messages import BaseMessage, ToolMessage
 
 from ctxpress.compaction.content import content_text
-from ctxpress.compaction.markers import is_offloaded_text
+from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.compaction.offload import CompactionCache, compact_tool_message
 from ctxpress.compaction.view import DEFAULT_CACHE, tool_names_by_call_id
 from ctxpress.config import CompressionConfig
@@ -48,7 +48,7 @@ def trim_kept_tool_results(
             new_view.append(message)
             continue
         text = content_text(original.content)
-        if is_offloaded_text(text) or estimate_tokens(text, config.token_profile) <= budget:
+        if parse_offload_reference(text) or estimate_tokens(text, config.token_profile) <= budget:
             new_view.append(message)
             continue
         trimmed, offloaded, _failure = compact_tool_message(
@@ -57,7 +57,7 @@ def trim_kept_tool_results(
             limit=budget,
             profile=config.token_profile,
             workdir=workdir,
-            cache=cache or DEFAULT_CACHE,
+            cache=cache if cache is not None else DEFAULT_CACHE,
         )
         if offloaded is None:  # S13: not stored, so not trimmed
             new_view.append(message)

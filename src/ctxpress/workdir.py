@@ -35,6 +35,11 @@ TEXT_ERRORS = "surrogatepass"
 READ_ONLY_AREAS = ("skills",)
 MAX_PATH_CHARS = 1024
 MAX_NAME_BYTES = 255
+#: Control, format (bidi overrides, zero-width), line/paragraph separators and lone surrogates:
+#: invisible or unencodable in a file name, and a way to disguise what a path says.
+REJECTED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+#: Characters that look like a slash but that NFKC does not fold into one.
+SLASH_LOOKALIKES = frozenset("\u2215\u2044\u29f8\u29f5\u29f9\ufe68\u2216\u244a")
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
@@ -118,8 +123,12 @@ def normalize_relative_path(path: str) -> str:
     for part in parts:
         if len(part.encode(TEXT_ENCODING, TEXT_ERRORS)) > MAX_NAME_BYTES:
             raise WorkdirPathError(f"a workdir path component is longer than {MAX_NAME_BYTES} bytes")
-        if any(unicodedata.category(ch) == "Cc" for ch in part):
-            raise WorkdirPathError("workdir path must not contain control characters")
+        if any(ch in SLASH_LOOKALIKES for ch in part):
+            raise WorkdirPathError("workdir path must not contain look-alikes of '/'")
+        if any(unicodedata.category(ch) in REJECTED_CATEGORIES for ch in part):
+            raise WorkdirPathError(
+                "workdir path must not contain control, format, separator or surrogate characters"
+            )
     return "/".join(parts)
 
 
@@ -156,6 +165,7 @@ class LocalWorkdir:
         try:
             self._make_parent_dirs(relative)
             self._ensure_inside(target.parent, relative)
+            self._ensure_writable_area(target.parent, relative)
             if target.is_symlink():
                 raise WorkdirPathError(f"{relative}: refusing to replace a symlink")
             self._atomic_write(target, data)
@@ -215,6 +225,14 @@ class LocalWorkdir:
             if not current.exists():
                 current.mkdir(mode=DIR_MODE)
 
+    def _ensure_writable_area(self, directory: Path, relative: str) -> None:
+        """The read-only check on where the directory really is (a symlink may lead into skills/)."""
+        resolved = Path(os.path.realpath(directory))
+        if resolved == self._root:
+            return
+        if resolved.relative_to(self._root).parts[0] in READ_ONLY_AREAS:
+            raise WorkdirPermissionError(f"{relative}: leads into the read-only skills area")
+
     def _ensure_inside(self, target: Path, relative: str) -> None:
         resolved = Path(os.path.realpath(target))
         if resolved != self._root and self._root not in resolved.parents:
@@ -224,8 +242,9 @@ class LocalWorkdir:
     def _atomic_write(target: Path, data: bytes) -> None:
         fd, temp_name = tempfile.mkstemp(prefix=".ctxpress-tmp-", dir=target.parent)
         try:
-            os.fchmod(fd, FILE_MODE)
+            # Wrap the descriptor first, so every failure below still closes it.
             with os.fdopen(fd, "wb") as handle:
+                os.fchmod(handle.fileno(), FILE_MODE)
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())

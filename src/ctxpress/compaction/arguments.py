@@ -13,18 +13,11 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 
-from ctxpress.compaction.markers import ARGUMENT_MARKER, is_omitted_argument
+from ctxpress.compaction.markers import is_omitted_argument, omitted_argument_hint
 from ctxpress.compaction.result import TruncatedArgument
 
 FILE_WRITING_TOOLS = frozenset({"write_file", "edit_file"})
 ARGUMENT_CHAR_LIMIT = 2000
-
-
-def omitted_argument_hint(tool_name: str, argument: str, original_chars: int) -> str:
-    return (
-        f"{ARGUMENT_MARKER} {original_chars:,} characters of `{argument}` left out of this view; "
-        f"this {tool_name} call already wrote them, so read the file to see them."
-    )
 
 
 @dataclass

@@ -8,7 +8,6 @@ and the failure is recorded: the view never claims "saved" without a file.
 from __future__ import annotations
 
 import hashlib
-import re
 import threading
 import unicodedata
 from collections import OrderedDict
@@ -18,7 +17,7 @@ from typing import Any
 from langchain_core.messages import ToolMessage
 
 from ctxpress.compaction.content import content_text, with_text
-from ctxpress.compaction.markers import OFFLOAD_MARKER, is_offloaded_text
+from ctxpress.compaction.markers import offload_header, parse_offload_reference, safe_name
 from ctxpress.compaction.result import CompactionFailure, OffloadedResult
 from ctxpress.compaction.retrieval_preview import is_retrieval_tool, retrieval_preview
 from ctxpress.compaction.text_preview import head_middle_tail_preview
@@ -27,41 +26,32 @@ from ctxpress.workdir import Workdir, WorkdirError, encode_text
 
 LARGE_RESULTS_DIR = "outputs/large_tool_results"
 HASH_PREFIX_HEX = 16
-MAX_TOOL_NAME_CHARS = 64
-_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+#: A genuine offload view is its header plus a preview within the limit; this much slack covers
+#: the header, so a text that merely starts like a view but is larger is compacted after all.
+VIEW_HEADER_ALLOWANCE_TOKENS = 160
+#: Tokens of the "Preview:" line between header and preview.
+PREVIEW_LABEL_TOKENS = 4
 
 
 def sanitize_tool_name(tool_name: str) -> str:
     """A file-name-safe form of an untrusted tool name (ASCII letters, digits, `_`, `.`, `-`)."""
-    folded = unicodedata.normalize("NFKC", tool_name or "")
-    safe = _UNSAFE_NAME_CHARS.sub("_", folded).strip("._")[:MAX_TOOL_NAME_CHARS]
-    return safe or "tool"
+    return safe_name(unicodedata.normalize("NFKC", tool_name or ""))
 
 
 def offload_path(tool_name: str, sha256_hex: str) -> str:
     return f"{LARGE_RESULTS_DIR}/{sanitize_tool_name(tool_name)}-{sha256_hex[:HASH_PREFIX_HEX]}.txt"
 
 
+def short_error_text(exc: BaseException) -> str:
+    """Type and first line of an error from a backend (its own message may carry a host path)."""
+    return type(exc).__name__ + (f": {exc.strerror}" if isinstance(exc, OSError) and exc.strerror else "")
+
+
 def offloaded_view_text(
     tool_name: str, path: str, sha256_hex: str, chars: int, tokens: int, preview: str
 ) -> str:
-    header = (
-        f"{OFFLOAD_MARKER} The full result of `{tool_name}` ({chars:,} characters, ~{tokens:,} tokens) "
-        f"is saved in the workdir at {path} (sha256 {sha256_hex}). Read that file for the complete "
-        "content."
-    )
+    header = offload_header(tool_name, path, sha256_hex, chars, tokens)
     return f"{header}\nPreview:\n{preview}" if preview else header
-
-
-_REFERENCE = re.compile(r"is saved in the workdir at (\S+) \(sha256 ([0-9a-f]{64})\)")
-
-
-def parse_offload_reference(text: str) -> tuple[str, str] | None:
-    """(path, sha256) of an offload view's file, or None when `text` is not an offload view."""
-    if not is_offloaded_text(text):
-        return None
-    match = _REFERENCE.search(text, 0, 1000)
-    return (match.group(1), match.group(2)) if match else None
 
 
 @dataclass(frozen=True)
@@ -137,16 +127,41 @@ def build_preview(tool_name: str, text: str, budget: int, profile: str, total_to
     return head_middle_tail_preview(text, budget, profile, total_tokens)
 
 
+def is_compacted_view(text: str, tokens: int, limit: int) -> bool:
+    """A view this module produced: a real header, and no larger than a view can be."""
+    return (
+        tokens <= max(limit, 0) + VIEW_HEADER_ALLOWANCE_TOKENS and parse_offload_reference(text) is not None
+    )
+
+
 def _decide(tool_name: str, text: str, limit: int, profile: str) -> tuple[_Offload | None, bytes]:
     tokens = estimate_tokens(text, profile)
-    if tokens <= limit or is_offloaded_text(text):
+    if tokens <= limit or is_compacted_view(text, tokens, limit):
         return _UNCHANGED, b""
     data = encode_text(text)
     digest = hashlib.sha256(data).hexdigest()
     path = offload_path(tool_name, digest)
-    preview = build_preview(tool_name, text, limit, profile, tokens)
+    header = offloaded_view_text(tool_name, path, digest, len(text), tokens, "")
+    # The whole view (header + preview) stays within the limit where that leaves a real preview;
+    # with a tiny limit the preview still gets half of it.
+    preview_budget = max(limit // 2, limit - estimate_tokens(header, profile) - PREVIEW_LABEL_TOKENS)
+    preview = build_preview(tool_name, text, preview_budget, profile, tokens)
     view_text = offloaded_view_text(tool_name, path, digest, len(text), tokens, preview)
+    if estimate_tokens(view_text, profile) >= tokens:
+        return _UNCHANGED, b""  # offloading would not make the request smaller
     return _Offload(view_text, path, digest, len(text), tokens), data
+
+
+def _store(workdir: Workdir, decision: _Offload, data: bytes) -> bool:
+    """Write the full text unless the same bytes are already there; True when written now (S11)."""
+    # Same name means same content only if nobody edited the file since: check once.
+    if (
+        workdir.exists(decision.path)
+        and hashlib.sha256(workdir.read_bytes(decision.path)).hexdigest() == decision.sha256
+    ):
+        return False
+    workdir.write_bytes(decision.path, data)
+    return True
 
 
 def compact_tool_message(
@@ -167,12 +182,10 @@ def compact_tool_message(
         decision, data = _decide(tool_name, text, limit, profile)
         if decision is not None:
             try:
-                if not workdir.exists(decision.path):
-                    workdir.write_bytes(decision.path, data)
-                    written_now = True
-            except (WorkdirError, OSError) as exc:
-                failure = CompactionFailure(message.id, message.tool_call_id, tool_name, str(exc))
-                return message, None, failure
+                written_now = _store(workdir, decision, data)
+            except Exception as exc:  # any backend failure: keep the original (S13)
+                reason = str(exc) if isinstance(exc, WorkdirError) else short_error_text(exc)
+                return message, None, CompactionFailure(message.id, message.tool_call_id, tool_name, reason)
         cache.put(key, decision)
     if decision is None:
         return message, None, None

@@ -7,6 +7,8 @@ from ctxpress.tokens import estimate_tokens
 
 HEAD_SHARE = 0.4
 MIDDLE_SHARE = 0.2
+#: Approximate tokens of one "[… N characters (~M tokens) left out …]" marker.
+GAP_MARKER_TOKENS = 20
 
 
 def _gap_marker(chars: int, tokens_per_char: float) -> str:
@@ -25,9 +27,11 @@ def head_middle_tail_preview(
     if total_tokens <= budget:
         return text
     tokens_per_char = total_tokens / max(1, len(text))
-    head = take_head(text, int(budget * HEAD_SHARE), profile)
-    tail = take_tail(text, int(budget * HEAD_SHARE), profile)
-    middle_start, middle = take_middle(text, int(budget * MIDDLE_SHARE), profile)
+    # The two gap markers are part of the preview: the pieces share what they leave.
+    content = budget - min(budget // 2, 2 * GAP_MARKER_TOKENS)
+    head = take_head(text, int(content * HEAD_SHARE), profile)
+    tail = take_tail(text, int(content * HEAD_SHARE), profile)
+    middle_start, middle = take_middle(text, int(content * MIDDLE_SHARE), profile)
     tail_start = len(text) - len(tail)
     # On short texts the pieces can overlap; then the middle adds nothing and is dropped.
     if middle_start < len(head) or middle_start + len(middle) > tail_start:

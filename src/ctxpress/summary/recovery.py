@@ -7,7 +7,7 @@ import hashlib
 from langchain_core.messages import BaseMessage
 
 from ctxpress.compaction.content import content_text, with_text
-from ctxpress.compaction.offload import parse_offload_reference
+from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.summary.history import read_history
 from ctxpress.workdir import Workdir, WorkdirError, decode_text
 
@@ -25,7 +25,7 @@ def recover_messages(workdir: Workdir, history_path: str) -> list[BaseMessage]:
         if reference is None:
             recovered.append(message)
             continue
-        path, expected_sha = reference
+        path, expected_sha = reference.path, reference.sha256
         try:
             data = workdir.read_bytes(path)
         except WorkdirError as exc:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from ctxpress.compaction.content import content_text
-from ctxpress.compaction.offload import parse_offload_reference
+from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.compaction.text_preview import head_middle_tail_preview
 from ctxpress.summary.event import is_summary_message
 from ctxpress.tokens import estimate_tokens
@@ -84,7 +84,7 @@ def deterministic_digest(messages: Sequence[BaseMessage]) -> str:
         elif isinstance(message, ToolMessage):
             reference = parse_offload_reference(content_text(message.content))
             if reference is not None:
-                paths.append(reference[0])
+                paths.append(reference.path)
     lines = [f"Messages summarised: {len(messages)}."]
     if earlier:
         # Carry the previous summary forward, so a failed summary does not erase what it held.
