@@ -139,7 +139,9 @@ def _looks_like_drive(path: str) -> bool:
 class LocalWorkdir:
     """A conversation's workdir on the local disk (see the module docstring for the guarantees)."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, durable: bool = True) -> None:
+        """`durable=False` skips fsync (still atomic, not crash-durable): for replays and tests."""
+        self._durable = durable
         root_path = Path(root)
         root_path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         self._root = root_path.resolve()
@@ -168,7 +170,7 @@ class LocalWorkdir:
             self._ensure_writable_area(target.parent, relative)
             if target.is_symlink():
                 raise WorkdirPathError(f"{relative}: refusing to replace a symlink")
-            self._atomic_write(target, data)
+            self._atomic_write(target, data, self._durable)
         except WorkdirError:
             raise
         except OSError as exc:
@@ -239,7 +241,7 @@ class LocalWorkdir:
             raise WorkdirPathError(f"{relative}: leads outside the workdir")
 
     @staticmethod
-    def _atomic_write(target: Path, data: bytes) -> None:
+    def _atomic_write(target: Path, data: bytes, durable: bool) -> None:
         fd, temp_name = tempfile.mkstemp(prefix=".ctxpress-tmp-", dir=target.parent)
         try:
             # Wrap the descriptor first, so every failure below still closes it.
@@ -247,7 +249,8 @@ class LocalWorkdir:
                 os.fchmod(handle.fileno(), FILE_MODE)
                 handle.write(data)
                 handle.flush()
-                os.fsync(handle.fileno())
+                if durable:
+                    os.fsync(handle.fileno())
             os.replace(temp_name, target)
         except BaseException:
             with contextlib.suppress(OSError):

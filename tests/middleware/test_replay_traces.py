@@ -56,7 +56,7 @@ def test_replay_every_trace_is_provider_valid_and_recoverable(traces_dir: Path) 
     for conversation in iter_conversations(traces_dir):
         conversations += 1
         with tempfile.TemporaryDirectory() as root:
-            workdir = LocalWorkdir(root)
+            workdir = LocalWorkdir(root, durable=False)  # atomic, without fsync: a replay
             middleware = ContextCompressionMiddleware(
                 config, workdir=workdir, summary_model=EchoSummaryModel()
             )
