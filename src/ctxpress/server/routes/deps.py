@@ -1,0 +1,44 @@
+"""Dependencies shared by the routers: the services and the authenticated user."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from ctxpress.server.db.models import Conversation, User
+from ctxpress.server.errors import UnauthorizedError
+from ctxpress.server.services.container import Services
+
+_bearer = HTTPBearer(auto_error=False, description="A token printed by `ctxpress users create NAME`.")
+
+
+def get_services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+async def current_user(
+    services: ServicesDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> User:
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise UnauthorizedError("send 'Authorization: Bearer <token>'")
+    user = await services.auth.authenticate(credentials.credentials)
+    if user is None:
+        raise UnauthorizedError("the token is not valid")
+    return user
+
+
+UserDep = Annotated[User, Depends(current_user)]
+
+
+async def owned_conversation(conversation_id: str, user: UserDep, services: ServicesDep) -> Conversation:
+    return await services.conversations.get_owned(user, conversation_id)
+
+
+ConversationDep = Annotated[Conversation, Depends(owned_conversation)]

@@ -1,0 +1,80 @@
+"""Turning LangChain / LangGraph objects into JSON that both databases and SSE clients accept."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import math
+import re
+from collections.abc import Mapping
+from datetime import date, datetime
+from enum import Enum
+from typing import Any
+from uuid import UUID
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    message_to_dict,
+)
+from pydantic import BaseModel
+
+MAX_DEPTH = 64
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable_text(text: str) -> str:
+    """PostgreSQL text and JSONB refuse NUL and lone surrogates; both backends store the same repair (U+FFFD)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = _LONE_SURROGATE.sub("\ufffd", text)
+    return text
+
+
+def to_jsonable(value: Any, _depth: int = 0) -> Any:
+    """A JSON-compatible copy of `value` (messages become `message_to_dict` documents)."""
+    if _depth > MAX_DEPTH:
+        return "<nested too deeply>"
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, BaseMessage):
+        return to_jsonable(message_to_dict(value), _depth + 1)
+    if isinstance(value, BaseModel):
+        return to_jsonable(value.model_dump(), _depth + 1)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_jsonable({f.name: getattr(value, f.name) for f in dataclasses.fields(value)}, _depth + 1)
+    if isinstance(value, Mapping):
+        return {storable_text(str(key)): to_jsonable(item, _depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [to_jsonable(item, _depth + 1) for item in value]
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, Enum):
+        return to_jsonable(value.value, _depth + 1)
+    if isinstance(value, bytes):
+        return {"base64": base64.b64encode(value).decode("ascii")}
+    return storable_text(repr(value))
+
+
+def message_role(message: BaseMessage) -> str:
+    if isinstance(message, HumanMessage):
+        return "user"
+    if isinstance(message, AIMessage):
+        return "assistant"
+    if isinstance(message, ToolMessage):
+        return "tool"
+    if isinstance(message, SystemMessage):
+        return "system"
+    return message.type

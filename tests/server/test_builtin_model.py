@@ -1,0 +1,54 @@
+"""The built-in deterministic model: honest label, tool calls by command, streaming, usage, determinism."""
+
+from __future__ import annotations
+
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+from ctxpress.models import BUILTIN_LABEL, BuiltinChatModel, BuiltinReply, ReplyPolicy
+from ctxpress.server.services.tools import ask_user
+
+
+def test_echoes_with_its_label_and_reports_usage() -> None:
+    reply = BuiltinChatModel().invoke([HumanMessage("你好，世界")])
+    assert isinstance(reply, AIMessage)
+    assert reply.text.startswith(BUILTIN_LABEL) and "你好，世界" in reply.text
+    assert reply.usage_metadata is not None and reply.usage_metadata["output_tokens"] > 0
+    assert reply.response_metadata["model_name"] == "ctxpress-builtin"
+
+
+def test_commands_call_bound_tools_deterministically() -> None:
+    model = BuiltinChatModel().bind_tools([ask_user])
+    first = model.invoke([HumanMessage("/ask 要继续吗？")])
+    second = model.invoke([HumanMessage("/ask 要继续吗？")])
+    assert first.tool_calls == second.tool_calls
+    assert first.tool_calls[0]["name"] == "ask_user" and first.tool_calls[0]["args"] == {
+        "question": "要继续吗？"
+    }
+
+    by_name = model.invoke([HumanMessage('/tool ask_user {"question": "哪个？"}')])
+    assert by_name.tool_calls[0]["args"] == {"question": "哪个？"}
+    unknown = model.invoke([HumanMessage("/tool web_search {}")])
+    assert not unknown.tool_calls and "web_search" in unknown.text
+    bad_json = model.invoke([HumanMessage("/tool ask_user {oops")])
+    assert not bad_json.tool_calls and "JSON" in bad_json.text
+
+
+def test_answers_tool_results_with_an_extract_and_streams() -> None:
+    history = [
+        HumanMessage("/ask 颜色？"),
+        AIMessage("", tool_calls=[{"name": "ask_user", "args": {"question": "颜色？"}, "id": "c1"}]),
+        ToolMessage("蓝色" * 1000, tool_call_id="c1", name="ask_user"),
+    ]
+    chunks = list(BuiltinChatModel().stream(history))
+    text = "".join(chunk.text for chunk in chunks)
+    assert len(chunks) > 3 and "ask_user" in text and len(text) < 1200
+    assert chunks[-1].usage_metadata is not None
+
+
+def test_the_policy_is_replaceable() -> None:
+    class Constant:
+        def reply(self, messages: object, tool_names: object) -> BuiltinReply:
+            return BuiltinReply("固定回答")
+
+    assert isinstance(Constant(), ReplyPolicy)
+    assert BuiltinChatModel(policy=Constant()).invoke([HumanMessage("?")]).text == "固定回答"

@@ -1,0 +1,114 @@
+"""Intake (S18): a busy conversation queues requests FIFO; other conversations are not blocked."""
+
+from __future__ import annotations
+
+import threading
+
+from ctxpress.server.services.agents import AgentDefinition, ModelSpec
+
+from .conftest import ServerFactory
+from .fakes import ScriptedChatModel, echo_script
+from .helpers import create_conversation, query_sql, read_events, send, wait_for_status
+
+
+def gated_agent(gate: threading.Event) -> AgentDefinition:
+    return AgentDefinition(
+        name="echo",
+        model=ModelSpec(model=ScriptedChatModel(script=echo_script, gate=gate)),
+        tools=(),
+        capabilities=(),
+    )
+
+
+def test_requests_queue_fifo_behind_the_active_run(start_server: ServerFactory) -> None:
+    gate = threading.Event()
+    server = start_server(agents=[gated_agent(gate)])
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+
+    first = send(alice, conversation_id, "一")
+    assert first["started"] is True and first["run"]["status"] == "running"
+    second = send(alice, conversation_id, "二")
+    third = send(alice, conversation_id, "三")
+    fourth = send(alice, conversation_id, "四")
+    for accepted, position in ((second, 1), (third, 2), (fourth, 3)):
+        assert accepted["started"] is False and accepted["queued"] is True
+        assert accepted["run"]["status"] == "queued"
+        assert accepted["position"] == position and accepted["queued_because"] == "running"
+
+    status = alice.get(f"/api/conversations/{conversation_id}/status").json()
+    assert status == {
+        "conversation_id": conversation_id,
+        "busy": True,
+        "reason": "running",
+        "active_run_id": first["run"]["id"],
+        "queued_runs": 3,
+    }
+
+    # A queued request can be withdrawn; it never runs.
+    cancelled = alice.post(f"/api/runs/{third['run']['id']}/cancel")
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    assert alice.post(f"/api/runs/{third['run']['id']}/cancel").json()["error"]["code"] == "run_finished"
+
+    # Another conversation is not held up by this one's queue.
+    other_conversation = create_conversation(alice)
+    other = send(alice, other_conversation, "别的对话")
+    assert other["started"] is True
+
+    gate.set()
+    runs = [
+        wait_for_status(alice, accepted["run"]["id"], {"succeeded"}) for accepted in (first, second, fourth)
+    ]
+    assert runs[0]["finished_at"] <= runs[1]["started_at"] and runs[1]["finished_at"] <= runs[2]["started_at"]
+    assert wait_for_status(alice, other["run"]["id"], {"succeeded"})
+
+    queued_stream = read_events(alice, second["run"]["id"])
+    assert [event.type for event in queued_stream][:2] == ["run_queued", "run_started"]
+    assert queued_stream[0].data == {"position": 1, "reason": "running"}
+    cancelled_stream = read_events(alice, third["run"]["id"])
+    assert [event.type for event in cancelled_stream] == ["run_queued", "run_finished"]
+    assert cancelled_stream[-1].data["status"] == "cancelled"
+
+    # The chat record follows execution order; the withdrawn message never entered it.
+    rows = query_sql(
+        server.services.settings,
+        "SELECT role, content FROM messages WHERE conversation_id = :cid ORDER BY id",
+        cid=conversation_id,
+    )
+    assert [(row.role, row.content) for row in rows] == [
+        ("user", "一"),
+        ("assistant", "回声：一"),
+        ("user", "二"),
+        ("assistant", "回声：二"),
+        ("user", "四"),
+        ("assistant", "回声：四"),
+    ]
+    assert alice.get(f"/api/conversations/{conversation_id}/status").json()["busy"] is False
+
+
+def test_runs_wait_for_a_free_worker_slot(start_server: ServerFactory) -> None:
+    gate = threading.Event()
+    server = start_server(agents=[gated_agent(gate)], max_concurrent_runs=1)
+    alice = server.client(server.create_user("alice"))
+    first = send(alice, create_conversation(alice), "一")
+    second = send(alice, create_conversation(alice), "二")
+    assert first["started"] is True
+    assert second["queued"] is True and second["queued_because"] == "workers_busy" and second["position"] == 1
+    gate.set()
+    assert wait_for_status(alice, second["run"]["id"], {"succeeded"})["status"] == "succeeded"
+
+
+def test_cancel_a_running_run(start_server: ServerFactory) -> None:
+    gate = threading.Event()
+    server = start_server(agents=[gated_agent(gate)])
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+    running = send(alice, conversation_id, "长任务")
+    queued = send(alice, conversation_id, "下一个")
+    response = alice.post(f"/api/runs/{running['run']['id']}/cancel")
+    assert response.status_code == 200
+    finished = wait_for_status(alice, running["run"]["id"], {"cancelled", "failed", "succeeded"})
+    assert finished["status"] == "cancelled"
+    gate.set()  # the model thread blocked in the gate may now finish; its answer is discarded
+    assert wait_for_status(alice, queued["run"]["id"], {"succeeded"})["status"] == "succeeded"
+    assert read_events(alice, running["run"]["id"])[-1].data == {"status": "cancelled", "error": None}
