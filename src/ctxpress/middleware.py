@@ -114,6 +114,31 @@ class _Call:
         return self.request.override(messages=cast("list[AnyMessage]", messages))
 
 
+class _FlowDriver:
+    """Steps a flow generator: feeds each effect's value (or error) back and keeps the result."""
+
+    def __init__(self, flow: Flow) -> None:
+        self._flow = flow
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self.result: ModelResponse | ExtendedModelResponse
+
+    def next_effect(self) -> Effect | None:
+        value, error = self._value, self._error
+        self._value, self._error = None, None
+        try:
+            return self._flow.throw(error) if error is not None else self._flow.send(value)
+        except StopIteration as done:
+            self.result = done.value
+            return None
+
+    def resume(self, value: Any) -> None:
+        self._value = value
+
+    def fail(self, error: BaseException) -> None:
+        self._error = error
+
+
 class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
     """Automatic context compression for `create_agent` (see the module docstring for the flow).
 
@@ -150,36 +175,24 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
     def wrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
     ) -> ModelResponse | ExtendedModelResponse:
-        flow = self._flow(request)
-        value: Any = None
-        error: BaseException | None = None
-        while True:
+        flow = _FlowDriver(self._flow(request))
+        while (effect := flow.next_effect()) is not None:
             try:
-                effect = flow.throw(error) if error is not None else flow.send(value)
-            except StopIteration as done:
-                return done.value
-            value, error = None, None
-            try:
-                value = self._run_sync(effect, request, handler)
+                flow.resume(self._run_sync(effect, request, handler))
             except BaseException as exc:  # handed to the flow, which decides what to do with it
-                error = exc
+                flow.fail(exc)
+        return flow.result
 
     async def awrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
     ) -> ModelResponse | ExtendedModelResponse:
-        flow = self._flow(request)
-        value: Any = None
-        error: BaseException | None = None
-        while True:
+        flow = _FlowDriver(self._flow(request))
+        while (effect := flow.next_effect()) is not None:
             try:
-                effect = flow.throw(error) if error is not None else flow.send(value)
-            except StopIteration as done:
-                return done.value
-            value, error = None, None
-            try:
-                value = await self._run_async(effect, request, handler)
+                flow.resume(await self._run_async(effect, request, handler))
             except BaseException as exc:
-                error = exc
+                flow.fail(exc)
+        return flow.result
 
     # --- effect handlers ------------------------------------------------------------------------
 
