@@ -20,15 +20,17 @@ from ctxpress.compaction.content import content_text, with_text
 from ctxpress.compaction.markers import offload_header, parse_offload_reference, safe_name
 from ctxpress.compaction.result import CompactionFailure, OffloadedResult
 from ctxpress.compaction.retrieval_preview import is_retrieval_tool, retrieval_preview
-from ctxpress.compaction.text_preview import head_middle_tail_preview
+from ctxpress.compaction.text_preview import GAP_MARKER_TOKENS, head_middle_tail_preview
 from ctxpress.tokens import estimate_tokens
 from ctxpress.workdir import Workdir, WorkdirError, encode_text
 
 LARGE_RESULTS_DIR = "outputs/large_tool_results"
 HASH_PREFIX_HEX = 16
-#: A genuine offload view is its header plus a preview within the limit; this much slack covers
-#: the header, so a text that merely starts like a view but is larger is compacted after all.
-VIEW_HEADER_ALLOWANCE_TOKENS = 160
+#: A genuine offload view is its header plus a preview within the limit, plus this slack (two gap
+#: markers, which a tiny limit cannot hold, and rounding); a text that merely starts like a view
+#: but is larger is compacted after all.
+VIEW_SLACK_TOKENS = 2 * GAP_MARKER_TOKENS + 24
+PREVIEW_LABEL = "\nPreview:\n"
 #: Tokens of the "Preview:" line between header and preview.
 PREVIEW_LABEL_TOKENS = 4
 
@@ -51,7 +53,7 @@ def offloaded_view_text(
     tool_name: str, path: str, sha256_hex: str, chars: int, tokens: int, preview: str
 ) -> str:
     header = offload_header(tool_name, path, sha256_hex, chars, tokens)
-    return f"{header}\nPreview:\n{preview}" if preview else header
+    return f"{header}{PREVIEW_LABEL}{preview}" if preview else header
 
 
 @dataclass(frozen=True)
@@ -127,16 +129,18 @@ def build_preview(tool_name: str, text: str, budget: int, profile: str, total_to
     return head_middle_tail_preview(text, budget, profile, total_tokens)
 
 
-def is_compacted_view(text: str, tokens: int, limit: int) -> bool:
-    """A view this module produced: a real header, and no larger than a view can be."""
-    return (
-        tokens <= max(limit, 0) + VIEW_HEADER_ALLOWANCE_TOKENS and parse_offload_reference(text) is not None
-    )
+def is_compacted_view(text: str, tokens: int, limit: int, profile: str) -> bool:
+    """A view this module produced: a real header, and no larger than its header plus a preview."""
+    if parse_offload_reference(text) is None:
+        return False
+    header_end = text.find(PREVIEW_LABEL)
+    header_tokens = estimate_tokens(text if header_end < 0 else text[:header_end], profile)
+    return tokens <= max(limit, 0) + header_tokens + VIEW_SLACK_TOKENS
 
 
 def _decide(tool_name: str, text: str, limit: int, profile: str) -> tuple[_Offload | None, bytes]:
     tokens = estimate_tokens(text, profile)
-    if tokens <= limit or is_compacted_view(text, tokens, limit):
+    if tokens <= limit or is_compacted_view(text, tokens, limit, profile):
         return _UNCHANGED, b""
     data = encode_text(text)
     digest = hashlib.sha256(data).hexdigest()
