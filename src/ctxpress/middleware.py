@@ -206,7 +206,11 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         if isinstance(effect, TrimTail):
             return self._trim(effect, request)
         return save_and_summarize(
-            effect, self._resolve_workdir(request), self._summary_model(request), self.config
+            effect,
+            self._resolve_workdir(request),
+            self._summary_model(request),
+            self.config,
+            self.summary_timeout,
         )
 
     async def _run_async(
@@ -255,16 +259,17 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         tokens_before = self._count(call, call.effective.messages)
         try:
             if tokens_before < threshold:
-                return (yield from self._send(call, call.effective.messages, tokens_before, level=None))
+                return (yield from self._send(call, call.effective.messages, tokens_before, tokens_before))
             call.events.started("l1", tokens_before, threshold=threshold)
             l1: CompactionResult = yield BuildL1View(call.effective.messages)
             tokens_l1 = self._count(call, l1.messages)
             if tokens_l1 < threshold:
-                return (yield from self._send(call, l1.messages, tokens_before, level="l1", l1=l1))
+                return (yield from self._send(call, l1.messages, tokens_before, tokens_l1, "l1", l1))
             summary = yield from self._summarize(call, l1)
             if summary is None:  # nothing left to summarise: send the L1 view (it may still fit)
-                return (yield from self._send(call, l1.messages, tokens_before, level="l1", l1=l1))
-            return (yield from self._send(call, summary.view, tokens_before, level="l2", l1=l1))
+                return (yield from self._send(call, l1.messages, tokens_before, tokens_l1, "l1", l1))
+            tokens_l2 = self._count(call, summary.view)
+            return (yield from self._send(call, summary.view, tokens_before, tokens_l2, "l2", l1))
         except (GraphBubbleUp, ContextOverflowError):
             raise
         except Exception as exc:
@@ -276,17 +281,16 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         call: _Call,
         view: list[BaseMessage],
         tokens_before: int,
-        *,
-        level: Level | None,
+        tokens_after: int,
+        level: Level | None = None,
         l1: CompactionResult | None = None,
     ) -> Flow:
-        """Call the main model with `view`; on overflow fall into the forced path (S6)."""
+        """Call the main model with `view` (`tokens_after` large); on overflow, the forced path (S6)."""
         try:
             response = yield CallModel(call.with_messages(view))
         except ContextOverflowError as overflow:
-            return (yield from self._forced(call, view, tokens_before, l1, overflow))
-        tokens_after = self._count(call, view)
-        self._record_pressure(call, view)
+            return (yield from self._forced(call, view, tokens_after, tokens_before, l1, overflow))
+        self._record_pressure(call, view, tokens_after)
         if level is not None:
             call.events.completed(level, tokens_before, tokens_after, **_details(l1, call.summary))
         return _response(response, call.state_update)
@@ -295,6 +299,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         self,
         call: _Call,
         sent: list[BaseMessage],
+        tokens_sent: int,
         tokens_before: int,
         l1: CompactionResult | None,
         overflow: ContextOverflowError,
@@ -308,14 +313,15 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             if call.summary is None:
                 yield from self._summarize(call, l1)
             view = call.summary.view if call.summary else l1.messages
+            tokens_view = self._count(call, view)
             # Never resend the payload that just overflowed: only retry with a smaller request.
-            if self._count(call, view) < self._count(call, sent):
+            if tokens_view < tokens_sent:
                 try:
                     response = yield CallModel(call.with_messages(view))
                 except ContextOverflowError:
                     pass
                 else:
-                    return self._finish_forced(call, view, tokens_before, l1, response)
+                    return self._finish_forced(call, view, tokens_before, tokens_view, l1, response)
             trimmed_view, replacements = yield TrimTail(view, _by_id(call.request.messages))
             if not replacements:
                 raise ContextOverflowError(
@@ -324,7 +330,8 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
                 ) from overflow
             call.state_update["messages"] = replacements
             response = yield CallModel(call.with_messages(trimmed_view))
-            return self._finish_forced(call, trimmed_view, tokens_before, l1, response)
+            tokens_trimmed = self._count(call, trimmed_view)
+            return self._finish_forced(call, trimmed_view, tokens_before, tokens_trimmed, l1, response)
         except GraphBubbleUp:
             raise
         except Exception as exc:
@@ -336,11 +343,11 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         call: _Call,
         view: list[BaseMessage],
         tokens_before: int,
+        tokens_after: int,
         l1: CompactionResult,
         response: ModelResponse,
     ) -> ModelResponse | ExtendedModelResponse:
-        tokens_after = self._count(call, view)
-        self._record_pressure(call, view)
+        self._record_pressure(call, view, tokens_after)
         details = _details(l1, call.summary)
         if "messages" in call.state_update:
             details["trimmed_tool_results"] = len(call.state_update["messages"])
@@ -364,10 +371,11 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             messages, call.request.system_message, call.request.tools, self.config.token_profile
         )
 
-    def _record_pressure(self, call: _Call, view: Sequence[BaseMessage]) -> None:
+    def _record_pressure(self, call: _Call, view: Sequence[BaseMessage], total: int) -> None:
         if self.on_pressure is None:
             return
-        pressure = measure_request(view, call.request.system_message, call.request.tools, self.config)
+        request = call.request
+        pressure = measure_request(view, request.system_message, request.tools, self.config, total=total)
         try:
             self.on_pressure(pressure)
         except Exception:  # an observer must never break the model call

@@ -42,10 +42,16 @@ def measure_request(
     system_message: SystemMessage | None,
     tools: Sequence[Any] | None,
     config: CompressionConfig,
+    *,
+    total: int | None = None,
 ) -> RequestPressure:
-    """Total with `count_request_tokens` (the one measure of every decision) and its breakdown."""
+    """Total with `count_request_tokens` (the one measure of every decision) and its breakdown.
+
+    Pass `total` when the request was just counted, so it is not counted again.
+    """
     profile = config.token_profile
-    total = count_request_tokens(messages, system_message, tools, profile)
+    if total is None:
+        total = count_request_tokens(messages, system_message, tools, profile)
     system = count_message_tokens(system_message, profile) if system_message is not None else 0
     tool_tokens = count_tools_tokens(tools, profile)
     summary = sum(count_message_tokens(m, profile) for m in messages[:1] if is_summary_message(m))

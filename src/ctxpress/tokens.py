@@ -454,6 +454,17 @@ def _tool_call_tokens(cache: _EstimateCache, name: str, arguments: Any, call_id:
     return tokens
 
 
+def _provider_calls_duplicate(calls: list[Any], extra: dict[str, Any]) -> bool:
+    """True when `additional_kwargs` holds only provider-format copies of `tool_calls`, in order."""
+    raw_calls = extra.get("tool_calls")
+    if len(extra) != 1 or raw_calls.__class__ is not list or len(raw_calls) != len(calls):
+        return False
+    return all(
+        raw.__class__ is dict and raw.get("id") == call.get("id") and call.get("id") is not None
+        for raw, call in zip(raw_calls, calls, strict=True)
+    )
+
+
 def _tool_calls_tokens(message: AIMessage, cache: _EstimateCache) -> int:
     """Tool calls of an AI message, each logical call once across `tool_calls`, `invalid_tool_calls`
     and the provider-format `additional_kwargs["tool_calls"]` / `["function_call"]`."""
@@ -480,6 +491,8 @@ def _tool_calls_tokens(message: AIMessage, cache: _EstimateCache) -> int:
     extra = message.additional_kwargs
     if not invalid and not extra:
         return total
+    if not invalid and _provider_calls_duplicate(message.tool_calls, extra):
+        return total  # the usual case: provider format mirrors `tool_calls` one to one
     seen_ids: set[Any] = {call.get("id") for call in message.tool_calls}
     seen_names: set[str] = {call["name"] for call in message.tool_calls}
     for bad in invalid:

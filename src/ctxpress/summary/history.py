@@ -37,30 +37,37 @@ def _safe_thread(thread_id: str | None) -> str:
     return (_UNSAFE.sub("_", thread_id or "").strip("._") or "thread")[:64]
 
 
-def history_path(span: HistoryRange, payload: bytes) -> str:
-    digest = hashlib.sha256(payload).hexdigest()[:12]
+def history_path(span: HistoryRange, message_lines: bytes) -> str:
+    """Thread, range and a hash of the messages: the same history always gets the same name."""
+    digest = hashlib.sha256(message_lines).hexdigest()[:12]
     return f"{HISTORY_DIR}/{_safe_thread(span.thread_id)}-{span.start:06d}-{span.end:06d}-{digest}.jsonl"
 
 
-def encode_history(span: HistoryRange, messages: Sequence[BaseMessage]) -> bytes:
+def _message_lines(messages: Sequence[BaseMessage]) -> bytes:
+    return encode_text(
+        "".join(
+            json.dumps(item, ensure_ascii=False, default=str) + "\n" for item in messages_to_dict(messages)
+        )
+    )
+
+
+def _header_line(span: HistoryRange, count: int) -> bytes:
     header = {
         "format": HISTORY_FORMAT,
         "thread_id": span.thread_id,
         "range": [span.start, span.end],
-        "message_count": len(messages),
+        "message_count": count,
         "previous_history_file": span.previous_file,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    lines = [json.dumps(header, ensure_ascii=False)]
-    lines.extend(json.dumps(item, ensure_ascii=False, default=str) for item in messages_to_dict(messages))
-    return encode_text("\n".join(lines) + "\n")
+    return encode_text(json.dumps(header, ensure_ascii=False) + "\n")
 
 
 def write_history(workdir: Workdir, span: HistoryRange, messages: Sequence[BaseMessage]) -> str:
     """Write the file and return its workdir path; raises WorkdirError / OSError on failure."""
-    payload = encode_history(span, messages)
-    path = history_path(span, payload)
-    workdir.write_bytes(path, payload)
+    lines = _message_lines(messages)
+    path = history_path(span, lines)
+    workdir.write_bytes(path, _header_line(span, len(messages)) + lines)
     return path
 
 

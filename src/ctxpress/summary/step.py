@@ -129,11 +129,15 @@ def save_history(workdir: Workdir, effect: SaveAndSummarize) -> tuple[str | None
 
 
 def save_and_summarize(
-    effect: SaveAndSummarize, workdir: Workdir, model: BaseChatModel, config: CompressionConfig
+    effect: SaveAndSummarize,
+    workdir: Workdir,
+    model: BaseChatModel,
+    config: CompressionConfig,
+    timeout: float | None = None,
 ) -> SavedSummary:
     """The effect carried out in order (sync callers)."""
     file_path, write_error = save_history(workdir, effect)
-    return SavedSummary(file_path, write_error, summarize(model, config, effect.messages))
+    return SavedSummary(file_path, write_error, summarize(model, config, effect.messages, timeout))
 
 
 async def asave_and_summarize(

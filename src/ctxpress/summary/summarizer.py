@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -77,13 +79,37 @@ def short_error(exc: BaseException) -> str:
 
 
 def summarize(
-    model: BaseChatModel, config: CompressionConfig, messages: Sequence[BaseMessage]
+    model: BaseChatModel,
+    config: CompressionConfig,
+    messages: Sequence[BaseMessage],
+    timeout: float | None = None,
 ) -> SummaryOutcome:
-    try:
-        response = model.invoke(build_summary_request(config, messages), config=summary_call_config())
-    except Exception as exc:
-        return SummaryOutcome("", short_error(exc))
-    return outcome_from_response(config, response)
+    """The sync summary call; with a `timeout` it runs in a daemon thread that is abandoned if it
+    hangs (a sync call cannot be cancelled), so a hung summary model never hangs the run (S27)."""
+    request = build_summary_request(config, messages)
+    if timeout is None:
+        try:
+            response = model.invoke(request, config=summary_call_config())
+        except Exception as exc:
+            return SummaryOutcome("", short_error(exc))
+        return outcome_from_response(config, response)
+    outcome: list[SummaryOutcome] = []
+    context = contextvars.copy_context()  # callbacks and the run's config travel with the call
+
+    def call() -> None:
+        try:
+            response = model.invoke(request, config=summary_call_config())
+        except Exception as exc:
+            outcome.append(SummaryOutcome("", short_error(exc)))
+        else:
+            outcome.append(outcome_from_response(config, response))
+
+    worker = threading.Thread(target=context.run, args=(call,), name="ctxpress-summary", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive() or not outcome:
+        return SummaryOutcome("", f"the summary model did not answer within {timeout:g} s")
+    return outcome[0]
 
 
 async def asummarize(

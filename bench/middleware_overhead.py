@@ -1,0 +1,542 @@
+"""Per-model-call overhead of ctxpress and its peers, the model excluded (issue "Benchmarks side by
+side with the peers, on real conversations", goal 1).
+
+    .venv/bin/python bench/middleware_overhead.py            # full run, updates docs/benchmarks.md
+    .venv/bin/python bench/middleware_overhead.py --quick    # fewer runs, docs untouched
+    .venv/bin/python bench/middleware_overhead.py --profile  # also cProfile ctxpress' below path
+
+The model is a canned `ModelResponse`: ctxpress and DeepAgents get `wrap_model_call(request,
+handler)`; LangChain's `SummarizationMiddleware` acts in `before_model`, so that is what it gets.
+Summaries come from an instant fake model. Threads of about 10K, 100K and 400K estimated tokens
+are concatenated from real traces (`common.build_thread`), provider-valid.
+
+Paths, each timed round-robin across the three middlewares on the same request:
+- below threshold: cold (new message objects, empty token cache), reload (new message objects,
+  warm cache: a checkpoint reload between two turns), warm (the same objects again: the next call
+  of the same run);
+- L1: the threshold midway between the thread and its L1 view, so L1 alone brings it under; first
+  pass (new workdir, new L1 cache: hashing, previews, writes) and repeated pass (same history);
+- L2: the threshold at half the L1 view, so a summary is needed (instant fake summary model).
+The peers get the same threshold in tokens, counted their way (chars/4); the table says what each
+did with the request (below / summarised).
+
+Goal: below threshold, ctxpress takes at most 0.5x DeepAgents' time on the same request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import platform
+import pstats
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain.agents.middleware.types import ExtendedModelResponse
+from langchain_core.messages import BaseMessage
+from langchain_core.messages.utils import count_tokens_approximately
+from langgraph.runtime import Runtime
+
+from common import (
+    InstantChatModel,
+    Reloader,
+    Thread,
+    Timing,
+    build_thread,
+    canned_handler,
+    make_deepagents,
+    make_langchain,
+    make_ours,
+    model_request,
+    ratio,
+    reference_thread,
+    settle,
+    table,
+    time_interleaved,
+    update_docs,
+)
+from ctxpress import middleware as ctxpress_middleware
+from ctxpress.compaction import CompactionCache, compact_view
+from ctxpress.config import CompressionConfig
+from ctxpress.tokens import clear_token_cache, count_request_tokens
+from ctxpress.workdir import LocalWorkdir
+
+MARKER = "overhead"
+COMMAND = ".venv/bin/python bench/middleware_overhead.py"
+GOAL_RATIO = 0.5  # below threshold: ctxpress / DeepAgents
+SIZES = (10_000, 100_000, 400_000)
+
+
+@dataclass(frozen=True)
+class Runs:
+    below_warm: int
+    below_fresh: int
+    l1_first: int
+    l1_repeat: int
+    l2: int
+
+
+FULL = Runs(below_warm=200, below_fresh=30, l1_first=8, l1_repeat=40, l2=12)
+QUICK = Runs(below_warm=40, below_fresh=8, l1_first=3, l1_repeat=10, l2=4)
+
+
+@dataclass
+class Row:
+    thread: str
+    path: str
+    timings: dict[str, Timing]
+    actions: dict[str, str]
+
+    @property
+    def ratio_da(self) -> float:
+        return self.timings["ctxpress"].p50_ms / self.timings["deepagents"].p50_ms
+
+
+class Bench:
+    """The three middlewares over one thread, with scratch directories under `root`."""
+
+    def __init__(self, thread: Thread, root: Path) -> None:
+        self.thread = thread
+        self.root = root
+        self.model = InstantChatModel()
+        self.reloader = Reloader(thread.messages)
+        self.runtime: Runtime[Any] = Runtime()
+        self._dirs = 0
+
+    def scratch(self) -> Path:
+        self._dirs += 1
+        path = self.root / f"d{self._dirs}"
+        path.mkdir(parents=True)
+        return path
+
+    # --- one call of each middleware on a message list -----------------------------------------
+
+    def ours(
+        self, threshold: int, workdir: LocalWorkdir, cache: CompactionCache
+    ) -> Callable[[list[BaseMessage]], str]:
+        middleware = make_ours(threshold, workdir, self.model, cache)
+        thread = self.thread
+
+        def call(messages: list[BaseMessage]) -> str:
+            request = model_request(self.model, messages, thread.system, thread.tools)
+            response = middleware.wrap_model_call(request, canned_handler)
+            return "summarised" if isinstance(response, ExtendedModelResponse) else "sent"
+
+        return call
+
+    def langchain(self, threshold: int) -> Callable[[list[BaseMessage]], str]:
+        middleware = make_langchain(threshold, self.model)
+
+        def call(messages: list[BaseMessage]) -> str:
+            update = middleware.before_model({"messages": messages}, self.runtime)  # type: ignore[typeddict-item]
+            return "summarised" if update else "below"
+
+        return call
+
+    def deepagents(self, threshold: int, root: Path) -> Callable[[list[BaseMessage]], str]:
+        middleware = make_deepagents(threshold, self.model, root)
+        thread = self.thread
+
+        def call(messages: list[BaseMessage]) -> str:
+            request = model_request(self.model, messages, thread.system, thread.tools)
+            response = middleware.wrap_model_call(request, canned_handler)
+            return "summarised" if isinstance(response, ExtendedModelResponse) else "below"
+
+        return call
+
+
+def _fresh(
+    bench: Bench, call: Callable[[list[BaseMessage]], str], clear: bool
+) -> Callable[[], Callable[[], object]]:
+    def setup() -> Callable[[], object]:
+        if clear:
+            clear_token_cache()
+        messages = bench.reloader.load()
+        return lambda: call(messages)
+
+    return setup
+
+
+def _same(bench: Bench, call: Callable[[list[BaseMessage]], str]) -> Callable[[], Callable[[], object]]:
+    messages = bench.thread.messages
+    return lambda: lambda: call(messages)
+
+
+def _below_rows(
+    bench: Bench, label: str, calls: dict[str, Callable[[list[BaseMessage]], str]], runs: Runs
+) -> list[Row]:
+    """Warm first, on a cache primed by these very objects (otherwise every lookup compares a
+    string with an equal copy); then reload (new objects, warm cache); then cold (cache cleared)."""
+    actions = {name: "below" for name in calls}
+    clear_token_cache()
+    warm = time_interleaved({n: _same(bench, c) for n, c in calls.items()}, runs.below_warm)
+    reload = time_interleaved({n: _fresh(bench, c, clear=False) for n, c in calls.items()}, runs.below_fresh)
+    cold = time_interleaved({n: _fresh(bench, c, clear=True) for n, c in calls.items()}, runs.below_fresh)
+    clear_token_cache()
+    return [
+        Row(label, "below, cold", cold, actions),
+        Row(label, "below, reload", reload, actions),
+        Row(label, "below, warm", warm, actions),
+    ]
+
+
+def _actions(
+    calls: dict[str, Callable[[list[BaseMessage]], str]], messages: list[BaseMessage]
+) -> dict[str, str]:
+    return {name: call(list(messages)) for name, call in calls.items()}
+
+
+def l1_tokens(thread: Thread, root: Path) -> int:
+    """Estimated tokens of the thread's L1 view (default limits)."""
+    view = compact_view(thread.messages, CompressionConfig(), LocalWorkdir(root), cache=CompactionCache())
+    return count_request_tokens(view.messages, thread.system, thread.tools)
+
+
+def measure_thread(thread: Thread, runs: Runs, root: Path) -> list[Row]:
+    bench = Bench(thread, root)
+    raw = thread.tokens
+    below = raw * 2
+    view = l1_tokens(thread, bench.scratch())
+    l1_threshold = (raw + view) // 2
+    l2_threshold = view // 2
+    rows: list[Row] = []
+    label = f"{thread.name} ({raw:,} tok, {len(thread.messages)} msgs)"
+
+    # Below the threshold.
+    workdir = LocalWorkdir(bench.scratch())
+    ours = bench.ours(below, workdir, CompactionCache())
+    lc = bench.langchain(below)
+    da = bench.deepagents(below, bench.scratch())
+    calls = {"ctxpress": ours, "langchain": lc, "deepagents": da}
+    actions = {name: "below" for name in calls}
+    rows.extend(_below_rows(bench, label, calls, runs))
+
+    # L1 brings the request under the threshold.
+    if view < raw * 0.98:
+        lc = bench.langchain(l1_threshold)
+        da = bench.deepagents(l1_threshold, bench.scratch())
+
+        def first_l1(durable: bool) -> Callable[[], Callable[[], object]]:
+            def setup() -> Callable[[], object]:
+                workdir = LocalWorkdir(bench.scratch(), durable=durable)
+                call = bench.ours(l1_threshold, workdir, CompactionCache())
+                return lambda: call(thread.messages)
+
+            return setup
+
+        repeat_call = bench.ours(l1_threshold, LocalWorkdir(bench.scratch()), CompactionCache())
+        peers = {"langchain": _same(bench, lc), "deepagents": _same(bench, da)}
+        actions = {"ctxpress": "L1", **_actions({"langchain": lc, "deepagents": da}, thread.messages)}
+        first = time_interleaved(
+            {"ctxpress": first_l1(True), "no fsync": first_l1(False), **peers}, runs.l1_first
+        )
+        rows.append(Row(label, "L1, first pass", first, actions))
+        no_fsync = {**first, "ctxpress": first["no fsync"]}
+        rows.append(Row(label, "L1, first pass, workdir without fsync", no_fsync, actions))
+        rows.append(
+            Row(
+                label,
+                "L1, same history again",
+                time_interleaved({"ctxpress": _same(bench, repeat_call), **peers}, runs.l1_repeat),
+                actions,
+            )
+        )
+
+    # L2: a summary is needed even after L1.
+    l2_call = bench.ours(l2_threshold, LocalWorkdir(bench.scratch()), CompactionCache())
+    lc = bench.langchain(l2_threshold)
+    da = bench.deepagents(l2_threshold, bench.scratch())
+    calls = {"ctxpress": l2_call, "langchain": lc, "deepagents": da}
+    actions = {"ctxpress": "L1+L2", **_actions({"langchain": lc, "deepagents": da}, thread.messages)}
+    rows.append(
+        Row(
+            label,
+            "L2 (instant summary)",
+            time_interleaved({n: _same(bench, c) for n, c in calls.items()}, runs.l2),
+            actions,
+        )
+    )
+    return rows
+
+
+def measure_reference(runs: Runs, root: Path) -> tuple[Thread, list[Row], Timing]:
+    thread = reference_thread()
+    bench = Bench(thread, root)
+    below = thread.tokens * 2
+    calls = {
+        "ctxpress": bench.ours(below, LocalWorkdir(bench.scratch()), CompactionCache()),
+        "langchain": bench.langchain(below),
+        "deepagents": bench.deepagents(below, bench.scratch()),
+    }
+    label = f"{thread.name} ({thread.tokens:,} tok, {len(thread.messages)} msgs)"
+    rows = _below_rows(bench, label, calls, runs)
+    approx = time_interleaved(
+        {"approx": lambda: lambda: count_tokens_approximately(thread.messages)}, runs.below_warm
+    )
+    return thread, rows, approx["approx"]
+
+
+def profile_below(thread: Thread, root: Path, calls: int = 300) -> str:
+    bench = Bench(thread, root)
+    call = bench.ours(thread.tokens * 2, LocalWorkdir(bench.scratch()), CompactionCache())
+    call(thread.messages)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        call(thread.messages)
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(12)
+    return out.getvalue()
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """How often one ctxpress call counts the whole request, and what one count costs."""
+
+    thread: str
+    counts_below: int
+    counts_l1: int
+    count_warm: Timing
+    count_reload: Timing
+    top_function: str  # largest self time in a profile of warm counts
+    top_share: float
+
+
+def diagnose(thread: Thread, root: Path, runs: Runs) -> Diagnosis:
+    """Count the calls of `count_request_tokens` made by one below-threshold and one (repeated) L1
+    call, and time a single whole-request count, warm and after a reload."""
+    bench = Bench(thread, root)
+    view = l1_tokens(thread, bench.scratch())
+    below = bench.ours(thread.tokens * 2, LocalWorkdir(bench.scratch()), CompactionCache())
+    l1 = bench.ours((thread.tokens + view) // 2, LocalWorkdir(bench.scratch()), CompactionCache())
+    below(thread.messages)
+    l1(thread.messages)
+    original = ctxpress_middleware.count_request_tokens
+    counted = 0
+
+    def counting(*args: Any, **kwargs: Any) -> int:
+        nonlocal counted
+        counted += 1
+        return original(*args, **kwargs)
+
+    ctxpress_middleware.count_request_tokens = counting
+    try:
+        below(thread.messages)
+        counts_below, counted = counted, 0
+        l1(thread.messages)
+        counts_l1 = counted
+    finally:
+        ctxpress_middleware.count_request_tokens = original
+
+    def count(messages: list[BaseMessage]) -> Callable[[], object]:
+        return lambda: count_request_tokens(messages, thread.system, thread.tools)
+
+    warm = time_interleaved({"count": lambda: count(thread.messages)}, runs.below_warm)["count"]
+    reload = time_interleaved({"count": lambda: count(bench.reloader.load())}, runs.below_fresh)["count"]
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(50):
+        count_request_tokens(thread.messages, thread.system, thread.tools)
+    profiler.disable()
+    entries = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    total = sum(entry[2] for entry in entries.values())
+    (_, _, top), top_entry = max(entries.items(), key=lambda item: item[1][2])
+    return Diagnosis(thread.name, counts_below, counts_l1, warm, reload, top, top_entry[2] / total)
+
+
+def explain(diagnosis: Diagnosis, rows: list[Row]) -> list[str]:
+    """Why the below-threshold goal is missed, from the measurements (or nothing when it is met)."""
+    mine = {row.path: row for row in rows if row.thread.startswith(diagnosis.thread + " ")}
+    da_warm = mine["below, warm"].timings["deepagents"].p50_ms
+    da_reload = mine["below, reload"].timings["deepagents"].p50_ms
+    lines = [
+        f"Where the time goes ({diagnosis.thread}): a below-threshold call counts the whole request "
+        f"{diagnosis.counts_below}×, an L1 call {diagnosis.counts_l1}×. One count takes "
+        f"{diagnosis.count_warm.p50_ms:.3f} ms warm ({diagnosis.count_warm.p50_ms / da_warm:.2f}× DeepAgents' "
+        f"whole warm call) and {diagnosis.count_reload.p50_ms:.3f} ms after a reload "
+        f"({diagnosis.count_reload.p50_ms / da_reload:.2f}× DeepAgents' whole call on reloaded messages)."
+    ]
+    if diagnosis.counts_below > 1:
+        lines.append(
+            "- The second count is `ContextCompressionMiddleware._send` recounting the view it just sent "
+            "(`tokens_after`), which only the L1/L2 `completed` event reads; below the threshold the view is "
+            "the request already counted, and after L1 it was counted as `tokens_l1`. Passing the known "
+            "count to `_send` (recounting only L2's summary view) removes one count per call: about half "
+            "of the below-threshold time."
+        )
+    hint = (
+        " On these traces every AI message carries provider-format `additional_kwargs['tool_calls']`, and "
+        "`_tool_calls_tokens` rebuilds id/name sets and re-checks each provider call against `tool_calls` "
+        "on every count; remembering per message object that its provider calls duplicate `tool_calls` "
+        "would skip that."
+        if diagnosis.top_function == "_tool_calls_tokens"
+        else ""
+    )
+    lines.append(
+        "- What remains is per-message Python work in `count_request_tokens`: in a profile of warm counts "
+        f"the largest self time is `{diagnosis.top_function}` ({diagnosis.top_share:.0%}). chars/4 does one "
+        "`len()` per message, so ≤ 0.5× needs the warm path near one dict lookup per message." + hint
+    )
+    lines.append(
+        "- cold: a first sight of a text is a byte-class scan where chars/4 is one `len()`; the "
+        "estimate cache pays it once per text per process, so in a running agent it is paid for the "
+        "new messages of each call, not the whole thread."
+    )
+    return lines
+
+
+def fsync_lines(rows: list[Row]) -> list[str]:
+    """What fsync costs in L1's first pass, per thread (from the with / without rows)."""
+    first = {row.thread: row for row in rows if row.path == "L1, first pass"}
+    bare = {row.thread: row for row in rows if row.path == "L1, first pass, workdir without fsync"}
+    parts = []
+    for thread, row in first.items():
+        with_fsync = row.timings["ctxpress"].p50_ms
+        without = bare[thread].timings["ctxpress"].p50_ms
+        parts.append(
+            f"{thread.split(' ')[0]} {with_fsync:.1f} ms vs {without:.1f} ms ({1 - without / with_fsync:.0%} fsync)"
+        )
+    if not parts:
+        return []
+    return [
+        "L1's first pass writes every offloaded result with `LocalWorkdir`'s default fsync: "
+        + "; ".join(parts)
+        + ". The state keeps every full result (S1, S2), so an offloaded file lost in a crash can be "
+        "written again; it needs durability only once a history file names it (L2), so fsyncing "
+        "offloaded files at the L2 history write instead of at every offload would take most of that "
+        "off the L1 path. The peers have no L1: on the same request they either pass it on (below) or "
+        "summarise."
+    ]
+
+
+def _cell(timing: Timing) -> str:
+    return f"{timing.p50_ms:.3f} / {timing.p95_ms:.3f}"
+
+
+def render(rows: list[Row]) -> list[str]:
+    return table(
+        [
+            "thread",
+            "path",
+            "ctxpress p50 / p95 ms",
+            "LangChain p50 / p95 ms",
+            "DeepAgents p50 / p95 ms",
+            "ctxpress ÷ LangChain",
+            "ctxpress ÷ DeepAgents",
+            "what the peers did (LC / DA)",
+        ],
+        (
+            [
+                row.thread,
+                row.path,
+                _cell(row.timings["ctxpress"]),
+                _cell(row.timings["langchain"]),
+                _cell(row.timings["deepagents"]),
+                ratio(row.timings["ctxpress"].p50_ms, row.timings["langchain"].p50_ms),
+                ratio(row.timings["ctxpress"].p50_ms, row.timings["deepagents"].p50_ms),
+                f"{row.actions['langchain']} / {row.actions['deepagents']}",
+            ]
+            for row in rows
+        ),
+    )
+
+
+def verdict(rows: list[Row]) -> list[str]:
+    below = [row for row in rows if row.path.startswith("below")]
+    missed = [row for row in below if row.ratio_da > GOAL_RATIO]
+    worst = max(below, key=lambda row: row.ratio_da)
+    if not missed:
+        return [
+            f"**Goal met**: below the threshold ctxpress takes ≤ {GOAL_RATIO}× DeepAgents' time on every thread and variant (worst {worst.ratio_da:.2f}×, {worst.thread}, {worst.path})."
+        ]
+    return [
+        f"**Goal missed** on {len(missed)} of {len(below)} below-threshold rows (goal ≤ {GOAL_RATIO}× DeepAgents; "
+        f"worst {worst.ratio_da:.2f}×, {worst.thread}, {worst.path}): "
+        + ", ".join(
+            f"{row.thread.split(' ')[0]} {row.path.split(', ')[1]} {row.ratio_da:.2f}×" for row in missed
+        )
+        + "."
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="fewer runs; docs/benchmarks.md is not updated")
+    parser.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile ctxpress' below-threshold call (100K thread)"
+    )
+    args = parser.parse_args(argv)
+    runs = QUICK if args.quick else FULL
+
+    root = Path(tempfile.mkdtemp(prefix="ctxpress-overhead-"))
+    try:
+        rows: list[Row] = []
+        threads = []
+        for size in SIZES:
+            thread = build_thread(size)
+            threads.append(thread)
+            settle()
+            started = time.perf_counter()
+            rows.extend(measure_thread(thread, runs, root / thread.name))
+            print(
+                f"{thread.name}: {thread.tokens:,} estimated tokens, {len(thread.messages)} messages, "
+                f"measured in {time.perf_counter() - started:.0f} s",
+                flush=True,
+            )
+        reference, reference_rows, approx = measure_reference(runs, root / "reference")
+        diagnosis = diagnose(threads[1], root / "diagnosis", runs)
+        profile = profile_below(threads[1], root / "profile") if args.profile else ""
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    goal = verdict(rows + reference_rows)
+    lines = [
+        "## Middleware overhead per model call (model excluded)",
+        "",
+        f"Reproduce: `{COMMAND}` (`--quick` for a short run; Python {platform.python_version()}, "
+        f"{platform.machine()}, 2 cores; all three middlewares timed round-robin in one run, so read the "
+        "ratios rather than the milliseconds). Requests: threads concatenated from the real traces "
+        "(`bench/common.py: build_thread`, provider-valid; tokens are ctxpress' estimate of the whole "
+        "request). The main model is a canned `ModelResponse`; summaries come from an instant fake "
+        "model. ctxpress and DeepAgents are called through `wrap_model_call`, LangChain through "
+        "`before_model` (where it acts). Peers: trigger at the same token count, keep 10 messages, their "
+        "default chars/4 counter; DeepAgents with a `FilesystemBackend` and its `write_file`/`edit_file` "
+        "argument truncation from the same trigger. cold = new message objects and an empty token cache; "
+        "reload = new message objects, warm cache (a checkpoint reload); warm = the same objects again. "
+        "L1 threshold: midway between the thread and its L1 view; L2 threshold: half the L1 view.",
+        "",
+        *render(rows),
+        "",
+        f"Reference point: the real {len(reference.messages)}-message thread of `samples.real_thread` "
+        f"({reference.chars / 1e6:.2f} M characters, {reference.utf8_bytes / 1e6:.2f} MB of text and "
+        f"tool arguments, {reference.tokens:,} estimated tokens; it stops at 401 messages long before "
+        "1.4 MB). `count_tokens_approximately` (the peers' chars/4) alone takes "
+        f"{approx.p50_ms:.3f} ms (p50) per call there.",
+        "",
+        *render(reference_rows),
+        "",
+        *goal,
+        "",
+        *explain(diagnosis, rows),
+        "",
+        *fsync_lines(rows),
+    ]
+    print("\n".join(lines))
+    if profile:
+        print("\ncProfile of ctxpress below the threshold, warm (100K thread):\n" + profile)
+    if not (args.quick or args.no_docs):
+        update_docs(MARKER, lines)
+
+
+if __name__ == "__main__":
+    main()
