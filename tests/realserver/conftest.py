@@ -2,6 +2,9 @@
 
 - `llama_server`: llama.cpp's own `llama-server`, from `$CTXPRESS_LLAMA_SERVER` or the cache that
   `scripts/build-llama-server.sh` fills.
+- `wide_llama_server`: the same binary with the model's full trained context (2048), for flows whose
+  compacted requests are real-token-heavy (an offload header with its sha256 alone is ~220 real
+  tokens of this 512-token vocabulary) and for summary models that must read what overflowed `-c 256`.
 - `llama_cpp_python_server`: `llama-cpp-python[server]` (other wording, two quirks), run with the
   python from `$CTXPRESS_LLAMA_CPP_PYTHON` or the venv that `build-llama-server.sh --python-server`
   caches.
@@ -17,7 +20,7 @@ import re
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,7 @@ from tests.conftest import IN_CI, REPO_ROOT, require_shared_data
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-llama-server.sh"
 MODEL_ALIAS = "stories260K"
 CONTEXT_SIZE = 256  # small on purpose: a few hundred words overflow it
+WIDE_CONTEXT_SIZE = 2048  # stories260K's trained context
 STARTUP_TIMEOUT_S = 60.0
 
 
@@ -86,13 +90,15 @@ def wait_until_ready(process: subprocess.Popen[bytes], ready_url: str, log_path:
 
 
 @contextmanager
-def running_server(command: list[str], port: int, ready_path: str, log_path: Path) -> Iterator[RealServer]:
+def running_server(
+    command: list[str], port: int, ready_path: str, log_path: Path, context_size: int = CONTEXT_SIZE
+) -> Iterator[RealServer]:
     """Start `command`, wait for `ready_path` to answer 200, stop it afterwards (terminate, then kill)."""
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         wait_until_ready(process, f"http://127.0.0.1:{port}{ready_path}", log_path)
-        yield RealServer(f"http://127.0.0.1:{port}/v1", MODEL_ALIAS, CONTEXT_SIZE, log_path)
+        yield RealServer(f"http://127.0.0.1:{port}/v1", MODEL_ALIAS, context_size, log_path)
     finally:
         process.terminate()
         try:
@@ -102,8 +108,11 @@ def running_server(command: list[str], port: int, ready_path: str, log_path: Pat
             process.wait(timeout=10)
 
 
-@pytest.fixture(scope="session")
-def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
+@contextmanager
+def running_llama_server(
+    tmp_path_factory: pytest.TempPathFactory, context_size: int, name: str
+) -> Iterator[RealServer]:
+    """llama-server on a free port; `/metrics` on (token counters, read by the usage tests)."""
     binary = cached_executable(
         "CTXPRESS_LLAMA_SERVER", "llama-server-{version}/llama-server", "bash scripts/build-llama-server.sh"
     )
@@ -111,11 +120,23 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServe
     port = free_local_port()
     command = [
         str(binary),
-        *("-m", str(model_path), "-a", MODEL_ALIAS, "-c", str(CONTEXT_SIZE), "-np", "1", "-t", "1"),
-        *("--host", "127.0.0.1", "--port", str(port)),
+        *("-m", str(model_path), "-a", MODEL_ALIAS, "-c", str(context_size), "-np", "1", "-t", "1"),
+        *("--host", "127.0.0.1", "--port", str(port), "--metrics"),
     ]
-    log_path = tmp_path_factory.mktemp("llama-server") / "server.log"
-    with running_server(command, port, "/health", log_path) as server:
+    log_path = tmp_path_factory.mktemp(name) / "server.log"
+    with running_server(command, port, "/health", log_path, context_size) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
+    with running_llama_server(tmp_path_factory, CONTEXT_SIZE, "llama-server") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def wide_llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
+    with running_llama_server(tmp_path_factory, WIDE_CONTEXT_SIZE, "wide-llama-server") as server:
         yield server
 
 
@@ -137,3 +158,62 @@ def llama_cpp_python_server(tmp_path_factory: pytest.TempPathFactory) -> Iterato
     # This server has no /health; /v1/models answers once the model is loaded.
     with running_server(command, port, "/v1/models", log_path) as server:
         yield server
+
+
+# --- what a running llama-server says about the requests it served ------------------------------
+
+# llama-server logs one `launch_slot_` line per chat request it takes on, including one it then
+# rejects for its size (that one is followed by `send_error: ... exceeds the available context size`).
+_TASK_STARTED = re.compile(r"launch_slot_: .*processing task")
+_CONTEXT_REJECTED = re.compile(r"send_error: .*exceeds the available context size")
+_METRIC = re.compile(r"^llamacpp:(\w+) ([0-9.eE+-]+)$", re.MULTILINE)
+
+
+def started_tasks(server: RealServer) -> int:
+    """How many chat requests llama-server has received so far (from its log)."""
+    return len(_TASK_STARTED.findall(server.log_path.read_text(errors="replace")))
+
+
+def context_rejections(server: RealServer) -> int:
+    """How many of them it rejected because the prompt exceeded its context (from its log)."""
+    return len(_CONTEXT_REJECTED.findall(server.log_path.read_text(errors="replace")))
+
+
+def log_count_reaches(count: Callable[[RealServer], int], server: RealServer, expected: int) -> int:
+    """`count(server)` once it equals `expected`, else its value after a few seconds.
+
+    llama-server writes its log from a background thread, so a line may land just after the
+    response it belongs to.
+    """
+    deadline = time.monotonic() + 5.0
+    value = count(server)
+    while value != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = count(server)
+    return value
+
+
+@dataclass(frozen=True)
+class TokenCounters:
+    """llama-server's `/metrics` token counters (cumulative since start)."""
+
+    prompt_tokens: int  # processed, excluding cache hits
+    cached_prompt_tokens: int
+    predicted_tokens: int
+
+    def __sub__(self, earlier: TokenCounters) -> TokenCounters:
+        return TokenCounters(
+            self.prompt_tokens - earlier.prompt_tokens,
+            self.cached_prompt_tokens - earlier.cached_prompt_tokens,
+            self.predicted_tokens - earlier.predicted_tokens,
+        )
+
+
+def token_counters(server: RealServer) -> TokenCounters:
+    text = httpx.get(server.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
+    values = {name: float(value) for name, value in _METRIC.findall(text)}
+    return TokenCounters(
+        int(values["prompt_tokens_total"]),
+        int(values["prompt_tokens_cached_total"]),
+        int(values["tokens_predicted_total"]),
+    )
