@@ -23,6 +23,22 @@ real_server() {  # real_server VAR [--python-server]
 }
 real_server CTXPRESS_LLAMA_SERVER
 real_server CTXPRESS_LLAMA_CPP_PYTHON --python-server
+# tests/web drive Debian's headless Chromium (by its path, never a downloaded browser) and screenshot
+# Chinese text: install chromium and the Noto CJK fonts when missing (CI runs as root on Debian).
+browser_packages=()
+command -v chromium >/dev/null 2>&1 || browser_packages+=(chromium)
+dpkg-query -W -f='${Status}' fonts-noto-cjk 2>/dev/null | grep -q "ok installed" || browser_packages+=(fonts-noto-cjk)
+if [ "${#browser_packages[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1 \
+    && apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${browser_packages[@]}"; then
+    :
+  elif [ "${CI:-}" = "true" ]; then
+    echo "check.sh: could not install ${browser_packages[*]} (needs root and apt-get)" >&2
+    exit 1
+  else
+    echo "check.sh: ${browser_packages[*]} not installed; the browser tests in tests/web will skip" >&2
+  fi
+fi
 
 .venv/bin/ruff check src tests bench
 .venv/bin/ruff format --check src tests bench

@@ -13,13 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, SystemMessage
 
 from ctxpress.compaction import CompactionCache, compact_view
 from ctxpress.config import CompressionConfig
 from ctxpress.summary.event import SummarizationEvent, effective_messages
-from ctxpress.summary.step import SaveAndSummarize, SummaryStep, asave_and_summarize, summary_step
+from ctxpress.summary.step import SaveAndSummarize, SavedSummary, SummaryStep, save_history, summary_step
+from ctxpress.summary.summarizer import asummarize
 from ctxpress.tokens import count_request_tokens
 from ctxpress.workdir import Workdir
 
@@ -67,6 +69,7 @@ async def compress_now(
     thread_id: str | None = None,
     summary_timeout: float | None = 120.0,
     cache: CompactionCache | None = None,
+    callbacks: Sequence[BaseCallbackHandler] = (),
 ) -> ManualCompressionResult:
     """Summarise what the current event does not cover yet; return the new event (not applied)."""
     effective = effective_messages(messages, event)
@@ -96,13 +99,16 @@ async def compress_now(
     except StopIteration as done:
         step = done.value
     else:
-        saved = await asave_and_summarize(effect, workdir, summary_model, config, summary_timeout)
-        if saved.write_error:
-            raise ManualCompressionError("history", f"could not save the history file: {saved.write_error}")
-        if not saved.outcome.ok:
-            raise ManualCompressionError("summary", f"the summary model failed: {saved.outcome.error}")
+        # In order, unlike the automatic path: a failed summary must not leave a history file
+        # that no event will ever name (S28 publishes nothing on failure).
+        outcome = await asummarize(summary_model, config, effect.messages, summary_timeout, callbacks)
+        if not outcome.ok:
+            raise ManualCompressionError("summary", f"the summary model failed: {outcome.error}")
+        file_path, write_error = await asyncio.to_thread(save_history, workdir, effect)
+        if write_error:
+            raise ManualCompressionError("history", f"could not save the history file: {write_error}")
         try:
-            step_flow.send(saved)
+            step_flow.send(SavedSummary(file_path, None, outcome))
         except StopIteration as done:
             step = done.value
         else:  # pragma: no cover - the step yields exactly once

@@ -70,6 +70,8 @@ async def test_s28_summary_failure_raises_and_publishes_nothing(tmp_path: Any) -
         await _compress(agent, workdir, ScriptedChatModel(script=[RuntimeError("model down")]))
     assert failure.value.part == "summary" and "model down" in str(failure.value)
     assert agent.get_state(THREAD).values.get("_summarization_event") is None
+    # Summary first, history second: a failed summary leaves no file that no event names.
+    assert workdir.list_files("outputs/conversation_history") == []
 
 
 async def test_s28_history_failure_raises_and_publishes_nothing(tmp_path: Any) -> None:

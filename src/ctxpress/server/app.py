@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ctxpress import __version__
 from ctxpress.server.errors import PayloadTooLargeError, ServiceError
-from ctxpress.server.routes import ROUTERS
+from ctxpress.server.routes import ROUTERS, web
 from ctxpress.server.services.agents import AgentDefinition
 from ctxpress.server.services.container import open_services
 from ctxpress.server.settings import Settings
@@ -57,6 +57,7 @@ def create_app(
     )
     for router in ROUTERS:
         app.include_router(router)
+    app.include_router(web.router)  # the page: / and /static/
     _install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=resolved.max_body_bytes)
     return app

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -25,9 +26,19 @@ MIN_SUMMARY_INPUT_TOKENS = 512
 MAX_SUMMARY_TOKENS = 4096
 
 
-def summary_call_config() -> RunnableConfig:
-    """Tags that keep the internal call out of `stream_mode="messages"` (S21) and label its usage."""
-    return {"tags": [TAG_NOSTREAM, "ctxpress:summary"], "metadata": dict(SUMMARY_SOURCE_METADATA)}
+def summary_call_config(callbacks: Sequence[BaseCallbackHandler] = ()) -> RunnableConfig:
+    """Tags that keep the internal call out of `stream_mode="messages"` (S21) and label its usage.
+
+    Inside a graph run the run's own callbacks apply already; `callbacks` serves callers outside
+    one (manual compression records the summary call's usage with it).
+    """
+    config: RunnableConfig = {
+        "tags": [TAG_NOSTREAM, "ctxpress:summary"],
+        "metadata": dict(SUMMARY_SOURCE_METADATA),
+    }
+    if callbacks:
+        config["callbacks"] = list(callbacks)
+    return config
 
 
 def summary_output_budget(config: CompressionConfig) -> int:
@@ -113,10 +124,15 @@ def summarize(
 
 
 async def asummarize(
-    model: BaseChatModel, config: CompressionConfig, messages: Sequence[BaseMessage], timeout: float | None
+    model: BaseChatModel,
+    config: CompressionConfig,
+    messages: Sequence[BaseMessage],
+    timeout: float | None,
+    callbacks: Sequence[BaseCallbackHandler] = (),
 ) -> SummaryOutcome:
     try:
-        call = model.ainvoke(build_summary_request(config, messages), config=summary_call_config())
+        request = build_summary_request(config, messages)
+        call = model.ainvoke(request, config=summary_call_config(callbacks))
         response = await asyncio.wait_for(call, timeout)
     except TimeoutError:
         return SummaryOutcome("", f"the summary model did not answer within {timeout:g} s")

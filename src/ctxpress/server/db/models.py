@@ -238,3 +238,28 @@ class UsageRecord(Base):
     cache_creation_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     total_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ConversationPressure(Base):
+    """S19, S22: the last main-model request's approximate size, per conversation (one row each).
+
+    Written from the run's stream at every main-model call (`stale` = False); a manual compression
+    sets `stale` = True, because it changes the state without a full request shape to measure.
+    The figures stay NULL until a first main-model call was recorded.
+    """
+
+    __tablename__ = "conversation_pressure"
+
+    conversation_id: Mapped[str] = mapped_column(ForeignKey("conversations.id"), primary_key=True)
+    #: The run whose main-model call the figures describe.
+    run_id: Mapped[str | None] = mapped_column(ForeignKey("runs.id"), default=None)
+    total_tokens: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    threshold_tokens: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    system_tokens: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    tools_tokens: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    summary_tokens: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    messages_tokens: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    recorded_at: Mapped[datetime | None] = mapped_column(default=None)
+    stale: Mapped[bool] = mapped_column(Boolean, default=False)
+    invalidated_at: Mapped[datetime | None] = mapped_column(default=None)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)

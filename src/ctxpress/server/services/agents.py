@@ -33,7 +33,7 @@ import logging
 import os
 import re
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -49,8 +49,11 @@ from langgraph.graph.state import CompiledStateGraph
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ctxpress.config import CompressionConfig
+from ctxpress.kb.web_search import web_search_status
 from ctxpress.middleware import ContextCompressionMiddleware
 from ctxpress.models import BUILTIN_MODEL_NAME, BUILTIN_NOTICE, BUILTIN_PROVIDER, BuiltinChatModel
+from ctxpress.overflow import OverflowMappingMiddleware
+from ctxpress.server.services.pressure import publish_pressure
 from ctxpress.server.services.tools import ToolSpec, resolve_tools
 from ctxpress.server.services.workdirs import ConversationWorkdirs
 
@@ -65,6 +68,15 @@ DEFAULT_SYSTEM_PROMPT: Final = (
     "需要查看或保存资料时使用工作目录中的文件工具。"
 )
 DEFAULT_TOOLS: Final = ("ask_user", "list_files", "read_file", "write_file")
+#: The default agent: the knowledge base, the workdir tools, and the user (`web_search` when configured).
+DEFAULT_AGENT_TOOLS: Final = ("query_kb", "ask_user", "ls", "read_file", "grep", "write_file", "edit_file")
+DEFAULT_AGENT_PROMPT: Final = (
+    "你是 ctxpress 的知识库助手。先用 query_kb 检索知识库，依据检索结果回答，并注明文档标识和来源；"
+    "结果被保存到工作目录时，用 read_file 或 grep 读取需要的部分。用 write_file / edit_file 记录笔记。"
+    "问题不清楚时用 ask_user 向用户提问。用用户的语言回答。"
+)
+#: Environment variable: the built-in model's context window in tokens (default agent only).
+BUILTIN_CONTEXT_WINDOW_ENV: Final = "CTXPRESS_BUILTIN_CONTEXT_WINDOW"
 _AGENT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
@@ -112,7 +124,10 @@ class ModelSpec(BaseModel):
         if isinstance(self.model, BaseChatModel):
             return self.model
         if self.is_builtin:
-            return BuiltinChatModel()
+            try:
+                return BuiltinChatModel(**self.kwargs)  # e.g. kwargs = { context_window = 32768 }
+            except ValueError as exc:
+                raise AgentConfigError(f"the built-in model's kwargs are invalid: {exc}") from None
         kwargs = dict(self.kwargs)
         if self.base_url:
             kwargs["base_url"] = self.base_url
@@ -150,6 +165,8 @@ class AgentDefinition(BaseModel):
     tools: tuple[ToolSpec, ...] = DEFAULT_TOOLS
     capabilities: tuple[Capability, ...] = (CONTEXT_COMPRESSION,)
     compression: CompressionConfig = Field(default_factory=CompressionConfig)
+    #: Shown with the agent in the agent list (e.g. an optional tool that is not configured).
+    notices: tuple[str, ...] = ()
     #: Python only: more middleware, placed after (inside) the compression middleware.
     extra_middleware: tuple[AgentMiddleware[Any, Any], ...] = ()
 
@@ -181,12 +198,23 @@ class AgentDefinition(BaseModel):
 
 
 def default_agent() -> AgentDefinition:
-    """The agent used when no agents file is given: built-in model, compression settings from the environment."""
+    """The agent used when no agents file is given: the built-in offline model over the knowledge base
+    (`query_kb`) and the workdir tools, compression settings from the environment."""
+    web_search = web_search_status()
+    context_window = os.environ.get(BUILTIN_CONTEXT_WINDOW_ENV, "").strip()
+    try:
+        model_kwargs = {"context_window": int(context_window)} if context_window else {}
+    except ValueError:
+        raise AgentConfigError(f"{BUILTIN_CONTEXT_WINDOW_ENV} must be a number of tokens") from None
     return AgentDefinition(
         name=DEFAULT_AGENT_NAME,
-        description="默认助手（内置离线模型）· default assistant (built-in offline model)",
+        description="默认知识库助手（内置离线模型）· default knowledge-base assistant (built-in offline model)",
         default=True,
+        model=ModelSpec(model=BUILTIN_MODEL_SPEC, kwargs=model_kwargs),
+        system_prompt=DEFAULT_AGENT_PROMPT,
+        tools=(*DEFAULT_AGENT_TOOLS, *(("web_search",) if web_search.configured else ())),
         compression=CompressionConfig.from_env(),
+        notices=(web_search.note,) if web_search.note else (),
     )
 
 
@@ -257,7 +285,8 @@ class AgentRuntime:
 
     @property
     def notice(self) -> str | None:
-        return BUILTIN_NOTICE if self.builtin_model else None
+        notices = [*((BUILTIN_NOTICE,) if self.builtin_model else ()), *self.definition.notices]
+        return " ".join(notices) or None
 
 
 def thread_config(conversation_id: str) -> RunnableConfig:
@@ -274,7 +303,11 @@ class AgentRegistry:
         *,
         checkpointer: BaseCheckpointSaver[Any],
         workdirs: ConversationWorkdirs,
+        extra_tools: Mapping[str, BaseTool] | None = None,
+        unavailable_tools: Mapping[str, str] | None = None,
     ) -> None:
+        """`extra_tools`: the service's named tools (`query_kb`, `web_search`); `unavailable_tools`:
+        why a known optional tool is missing (named in the error when an agent asks for it)."""
         if not definitions:
             raise AgentConfigError("no agents defined")
         names = [definition.name for definition in definitions]
@@ -288,7 +321,9 @@ class AgentRegistry:
         self._agents: dict[str, AgentRuntime] = {}
         for definition in definitions:
             try:
-                self._agents[definition.name] = _build_runtime(definition, checkpointer, workdirs)
+                self._agents[definition.name] = _build_runtime(
+                    definition, checkpointer, workdirs, extra_tools or {}, unavailable_tools or {}
+                )
             except AgentConfigError as exc:
                 raise AgentConfigError(f"agent {definition.name!r}: {exc}") from None
             except ValueError as exc:  # unknown or unimportable tools
@@ -318,7 +353,11 @@ def agent_middleware(
         # First (outermost), as the middleware asks: a ContextOverflowError from the model must reach it.
         middleware.append(
             ContextCompressionMiddleware(
-                definition.compression, workdir=workdirs.for_model_request, summary_model=summary_model
+                definition.compression,
+                workdir=workdirs.for_model_request,
+                summary_model=summary_model,
+                # Each main-model request's size goes onto the run's stream; the executor records it (S22).
+                on_pressure=publish_pressure,
             )
         )
     middleware.extend(definition.extra_middleware)
@@ -326,17 +365,26 @@ def agent_middleware(
 
 
 def _build_runtime(
-    definition: AgentDefinition, checkpointer: BaseCheckpointSaver[Any], workdirs: ConversationWorkdirs
+    definition: AgentDefinition,
+    checkpointer: BaseCheckpointSaver[Any],
+    workdirs: ConversationWorkdirs,
+    extra_tools: Mapping[str, BaseTool],
+    unavailable_tools: Mapping[str, str],
 ) -> AgentRuntime:
     main_model = definition.model.build()
     summary_spec = definition.summary_model or definition.model
     summary_model = main_model if definition.summary_model is None else summary_spec.build()
-    tools = resolve_tools(definition.tools, workdirs)
+    tools = resolve_tools(definition.tools, workdirs, extra_tools, unavailable_tools)
     graph = create_agent(
         main_model,
         tools,
         system_prompt=definition.system_prompt,
-        middleware=agent_middleware(definition, summary_model=summary_model, workdirs=workdirs),
+        middleware=[
+            *agent_middleware(definition, summary_model=summary_model, workdirs=workdirs),
+            # Innermost: real servers word "context exceeded" in many ways (llama.cpp, vLLM, Ollama,
+            # DeepSeek, SiliconFlow…); only a ContextOverflowError reaches the forced summary (S6).
+            OverflowMappingMiddleware(),
+        ],
         checkpointer=checkpointer,
         name=definition.name,
     )

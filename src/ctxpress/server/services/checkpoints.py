@@ -31,6 +31,9 @@ async def open_checkpointer(target: DatabaseTarget) -> AsyncIterator[AsyncSqlite
         max_size=POSTGRES_POOL_MAX_SIZE,
         # What AsyncPostgresSaver requires of its connections.
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        # Like `pool_pre_ping` of the service's own engine: a connection the server dropped (restart,
+        # failover, idle timeout) is replaced at checkout instead of failing the next runs.
+        check=AsyncConnectionPool.check_connection,
         open=False,
     )
     await pool.open(wait=True)

@@ -17,6 +17,9 @@ Routes reach it as `request.app.state.services`. What manual compression (S17–
             )
             await agent.graph.aupdate_state(config, {"_summarization_event": result.event})
         # the lock is held from the idle check until here (S18); leaving the block releases it
+
+`services.compression` (services/compression.py) implements exactly this, with the workdir taken
+as a counted handle (`workdirs.acquire`) and the pressure record marked stale afterwards.
 """
 
 from __future__ import annotations
@@ -33,15 +36,18 @@ from typing import IO, Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from ctxpress.kb.tools import retrieval_tools
 from ctxpress.server.db.engine import Database
 from ctxpress.server.db.migrate import schema_change_lock, upgrade_on
 from ctxpress.server.services.agents import AgentDefinition, AgentRegistry, default_agent, load_agents_file
 from ctxpress.server.services.auth import AuthService, IssuedToken
 from ctxpress.server.services.checkpoints import open_checkpointer
+from ctxpress.server.services.compression import CompressionService
 from ctxpress.server.services.conversations import ConversationService
 from ctxpress.server.services.events import EventLog
 from ctxpress.server.services.execution import RunExecutor
 from ctxpress.server.services.files import FileService
+from ctxpress.server.services.pressure import PressureService
 from ctxpress.server.services.runs import RunService
 from ctxpress.server.services.usage import UsageService
 from ctxpress.server.services.workdirs import ConversationWorkdirs
@@ -72,6 +78,8 @@ class Services:
     files: FileService
     worker: RunWorker
     runs: RunService
+    #: Manual compression (S17–S19) and the context status panel (S22).
+    compression: CompressionService
     #: Set when this start created the first user (printed once by `ctxpress serve`).
     bootstrap_admin: IssuedToken | None = None
 
@@ -118,7 +126,16 @@ async def open_services(
             await checkpointer.setup()
 
         workdirs = ConversationWorkdirs(settings.workdirs_dir)
-        registry = AgentRegistry(definitions, checkpointer=checkpointer, workdirs=workdirs)
+        retrieval = retrieval_tools(
+            settings
+        )  # query_kb over the service's knowledge base; web_search if configured
+        registry = AgentRegistry(
+            definitions,
+            checkpointer=checkpointer,
+            workdirs=workdirs,
+            extra_tools=retrieval.available,
+            unavailable_tools=retrieval.unavailable,
+        )
         events = EventLog(database, poll_seconds=min(settings.worker_poll_seconds, 1.0))
         usage = UsageService(database, excluded_providers=settings.usage_excluded_providers)
         worker_id = new_worker_id()
@@ -154,6 +171,9 @@ async def open_services(
             worker=worker,
             runs=RunService(
                 database=database, events=events, worker=worker, max_input_chars=settings.max_input_chars
+            ),
+            compression=CompressionService(
+                database=database, agents=registry, workdirs=workdirs, pressure=PressureService(database)
             ),
         )
         await services.conversations.sync_agents()

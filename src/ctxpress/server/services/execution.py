@@ -27,6 +27,7 @@ from ctxpress.server.db.models import (
     Run,
 )
 from ctxpress.server.repositories.messages import MessageRepository
+from ctxpress.server.repositories.pressure import PressureRepository
 from ctxpress.server.repositories.runs import RunRepository
 from ctxpress.server.repositories.usage import UsageRepository
 from ctxpress.server.serialization import to_jsonable
@@ -34,6 +35,7 @@ from ctxpress.server.services import events
 from ctxpress.server.services.agents import AgentRegistry, AgentRuntime, thread_config
 from ctxpress.server.services.events import EventLog
 from ctxpress.server.services.locks import conversation_lock
+from ctxpress.server.services.pressure import record_pressure_event
 from ctxpress.server.services.stream_mapping import MappedItem, RecordedMessage, StreamMapper
 from ctxpress.server.services.usage import UsageCollector, UsageService
 
@@ -197,6 +199,11 @@ class RunExecutor:
                     )
             else:
                 await self.events.append(session, run.id, item.type, item.data)
+                if item.type == events.CONTEXT_PRESSURE:
+                    # The status panel's record of the last main-model request (S22), with its event.
+                    await record_pressure_event(
+                        PressureRepository(session), run.conversation_id, run.id, item.data
+                    )
             await session.commit()
 
     async def _record_usage(self, run: Run, collector: UsageCollector) -> None:

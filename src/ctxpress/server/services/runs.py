@@ -57,6 +57,9 @@ class RunService:
         async with self.database.session() as session:
             if await ConversationRepository(session).get_owned(conversation_id, user.id) is None:
                 raise NotFoundError("conversation not found")
+            # Hand the connection back before waiting for the lock: on SQLite the lock is an
+            # asyncio.Lock, and waiters holding pool connections starve the holder (pool deadlock).
+            await session.rollback()
             slot_reserved = False
             try:
                 async with conversation_lock(session, conversation_id) as locked:

@@ -1,13 +1,15 @@
 """Tools agents can name in the agents file: `ask_user` (human in the loop) and workdir file tools.
 
-Other tools are named by import path, `package.module:attribute` (a LangChain tool or a function).
+The service adds its own named tools (`query_kb`, and `web_search` when configured: `ctxpress.kb`)
+through `extra_tools`. Other tools are named by import path, `package.module:attribute` (a
+LangChain tool or a function).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool, tool
@@ -17,6 +19,8 @@ from ctxpress.server.services.workdirs import ConversationWorkdirs
 from ctxpress.workdir import WorkdirError, read_text, write_text
 
 READ_FILE_MAX_CHARS = 20_000
+GREP_MAX_MATCHES = 50
+GREP_LINE_CHARS = 300
 ToolSpec = str | BaseTool | Callable[..., Any]
 
 
@@ -57,7 +61,64 @@ def workdir_tools(workdirs: ConversationWorkdirs) -> list[BaseTool]:
             return f"error: {exc}"
         return f"wrote {stored} ({len(content)} characters)"
 
-    return [StructuredTool.from_function(function) for function in (list_files, read_file, write_file)]
+    def ls(path: str = "") -> str:
+        """List the files in the conversation's workdir under `path` (default: all), one `path (size)` a line."""
+        return list_files(path)
+
+    def grep(pattern: str, path: str = "") -> str:
+        """Find lines containing `pattern` (plain text, any case) in the workdir's text files under `path`.
+
+        Returns `file:line: text` lines (at most 50). Use it to find something in a large tool result
+        that was saved to `outputs/large_tool_results/`.
+        """
+        workdir = workdirs.for_current_thread()
+        try:
+            files = (
+                [path] if path and workdir.exists(path) else [item.path for item in workdir.list_files(path)]
+            )
+        except WorkdirError as exc:
+            return f"error: {exc}"
+        needle = pattern.casefold()
+        matches: list[str] = []
+        for name in files:
+            try:
+                text = read_text(workdir, name)
+            except (WorkdirError, UnicodeDecodeError):
+                continue  # binary or unreadable: not searched
+            for number, line in enumerate(text.splitlines(), start=1):
+                if needle and needle in line.casefold():
+                    matches.append(f"{name}:{number}: {line.strip()[:GREP_LINE_CHARS]}")
+                    if len(matches) >= GREP_MAX_MATCHES:
+                        return "\n".join([*matches, f"…(more than {GREP_MAX_MATCHES} matches)"])
+        return "\n".join(matches) or "(no matches)"
+
+    def edit_file(path: str, old_string: str, new_string: str, replace_all: bool = False) -> str:
+        """Replace `old_string` by `new_string` in a workdir text file (it must occur exactly once unless `replace_all`)."""
+        workdir = workdirs.for_current_thread()
+        try:
+            text = read_text(workdir, path)
+        except WorkdirError as exc:
+            return f"error: {exc}"
+        count = text.count(old_string) if old_string else 0
+        if count == 0:
+            return f"error: the text to replace does not occur in {path}"
+        if count > 1 and not replace_all:
+            return (
+                f"error: the text to replace occurs {count} times in {path}; give more context or replace_all"
+            )
+        updated = (
+            text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
+        )
+        try:
+            stored = write_text(workdir, path, updated)
+        except WorkdirError as exc:
+            return f"error: {exc}"
+        return f"edited {stored} ({count if replace_all else 1} replacement{'s' if replace_all and count > 1 else ''})"
+
+    return [
+        StructuredTool.from_function(function)
+        for function in (list_files, read_file, write_file, ls, grep, edit_file)
+    ]
 
 
 def builtin_tools(workdirs: ConversationWorkdirs) -> dict[str, BaseTool]:
@@ -65,16 +126,22 @@ def builtin_tools(workdirs: ConversationWorkdirs) -> dict[str, BaseTool]:
 
 
 def resolve_tools(
-    specs: Sequence[ToolSpec], workdirs: ConversationWorkdirs
+    specs: Sequence[ToolSpec],
+    workdirs: ConversationWorkdirs,
+    extra_tools: Mapping[str, BaseTool] | None = None,
+    unavailable: Mapping[str, str] | None = None,
 ) -> list[BaseTool | Callable[..., Any]]:
-    """Tool objects for an agent: built-in names, `module:attribute` import paths, or tool objects."""
-    available = builtin_tools(workdirs)
+    """Tool objects for an agent: built-in names, the service's `extra_tools`, `module:attribute`
+    import paths, or tool objects. `unavailable` says why a known optional tool is missing."""
+    available = {**builtin_tools(workdirs), **(extra_tools or {})}
     resolved: list[BaseTool | Callable[..., Any]] = []
     for spec in specs:
         if not isinstance(spec, str):
             resolved.append(spec)
         elif spec in available:
             resolved.append(available[spec])
+        elif unavailable and spec in unavailable:
+            raise ValueError(unavailable[spec])
         elif ":" in spec:
             resolved.append(_import_tool(spec))
         else:

@@ -7,6 +7,10 @@ resolves the same directory through `for_current_thread()`, so sub-agents share 
 from __future__ import annotations
 
 import re
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from langchain.agents.middleware.types import ModelRequest
@@ -25,6 +29,8 @@ class WorkdirNotAvailableError(RuntimeError):
 class ConversationWorkdirs:
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._handles: Counter[str] = Counter()
+        self._handles_lock = threading.Lock()  # counted from the service loop, read by tests' threads
 
     @staticmethod
     def relative_location(conversation_id: str) -> str:
@@ -36,6 +42,32 @@ class ConversationWorkdirs:
         if not _CONVERSATION_ID.fullmatch(conversation_id):
             raise ValueError("not a conversation id")
         return LocalWorkdir(self.root / conversation_id)
+
+    @contextmanager
+    def acquire(self, conversation_id: str) -> Iterator[LocalWorkdir]:
+        """A workdir handle for one maintenance request (manual compression, S19).
+
+        Released when the block ends, on success and on failure. Local directories hold nothing
+        open, but a sandbox backend would be closed here; `open_handles` counts the handles still
+        held (the "sandbox released" check of S30).
+        """
+        workdir = self.for_conversation(conversation_id)
+        with self._handles_lock:
+            self._handles[conversation_id] += 1
+        try:
+            yield workdir
+        finally:
+            with self._handles_lock:
+                self._handles[conversation_id] -= 1
+                if self._handles[conversation_id] <= 0:
+                    del self._handles[conversation_id]
+
+    def open_handles(self, conversation_id: str | None = None) -> int:
+        """Handles acquired and not yet released: of one conversation, or of all."""
+        with self._handles_lock:
+            if conversation_id is None:
+                return sum(self._handles.values())
+            return self._handles[conversation_id]
 
     def for_current_thread(self) -> LocalWorkdir:
         try:

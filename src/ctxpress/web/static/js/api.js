@@ -1,0 +1,203 @@
+// The JSON API of the service: bearer token, JSON errors, and SSE read with fetch() (EventSource
+// cannot send the Authorization header).
+
+const TOKEN_KEY = "ctxpress.token";
+
+/** Where the token lives: sessionStorage (default, gone with the tab) or localStorage (remembered). */
+export const tokenStore = {
+  get() {
+    try {
+      return sessionStorage.getItem(TOKEN_KEY) || localStorage.getItem(TOKEN_KEY);
+    } catch {
+      return null;
+    }
+  },
+  set(token, remember) {
+    this.clear();
+    (remember ? localStorage : sessionStorage).setItem(TOKEN_KEY, token);
+  },
+  clear() {
+    try {
+      sessionStorage.removeItem(TOKEN_KEY);
+      localStorage.removeItem(TOKEN_KEY);
+    } catch {
+      // storage unavailable: nothing stored
+    }
+  },
+};
+
+/** An error answer of the service: `{"error": {"code", "message", "details"?}}` (plus any extra fields). */
+export class ApiError extends Error {
+  constructor(status, error) {
+    super(error?.message || `HTTP ${status}`);
+    this.name = "ApiError";
+    this.status = status;
+    this.code = error?.code || "http_error";
+    this.details = error?.details;
+    this.error = error || {};
+  }
+}
+
+export class Api {
+  constructor(token, { onUnauthorized } = {}) {
+    this.token = token;
+    this.onUnauthorized = onUnauthorized;
+  }
+
+  headers(extra = {}) {
+    return { Authorization: `Bearer ${this.token}`, ...extra };
+  }
+
+  async request(method, path, { body, signal, accept = "application/json" } = {}) {
+    const init = { method, signal, headers: this.headers({ Accept: accept }) };
+    if (body !== undefined) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let response;
+    try {
+      response = await fetch(path, init);
+    } catch (exc) {
+      if (exc?.name === "AbortError") throw exc;
+      throw new ApiError(0, { code: "network_error", message: exc?.message || "network error" });
+    }
+    if (!response.ok) throw await this.errorOf(response);
+    return response;
+  }
+
+  async errorOf(response) {
+    let error = null;
+    try {
+      const body = await response.json();
+      error = body && typeof body === "object" ? body.error || null : null;
+    } catch {
+      error = null;
+    }
+    const apiError = new ApiError(response.status, error || { message: response.statusText });
+    if (response.status === 401 && this.onUnauthorized) this.onUnauthorized(apiError);
+    return apiError;
+  }
+
+  async json(method, path, options) {
+    const response = await this.request(method, path, options);
+    if (response.status === 204) return null;
+    return response.json();
+  }
+
+  get(path, options) {
+    return this.json("GET", path, options);
+  }
+
+  post(path, body, options = {}) {
+    return this.json("POST", path, { ...options, body: body ?? {} });
+  }
+
+  /** A workdir file: `{text}` for text files, `{binary: true, size}` otherwise. */
+  async file(conversationId, path) {
+    const encoded = path.split("/").map(encodeURIComponent).join("/");
+    const response = await this.request("GET", `/api/conversations/${enc(conversationId)}/files/${encoded}`, {
+      accept: "text/plain, application/octet-stream",
+    });
+    const type = response.headers.get("Content-Type") || "";
+    if (type.startsWith("text/")) return { text: await response.text() };
+    const blob = await response.blob();
+    return { binary: true, size: blob.size };
+  }
+
+  /**
+   * Follow a run's events until the service ends the stream (run finished or waiting for input).
+   * Reconnects after network failures with `Last-Event-ID`, so no event is lost or repeated.
+   * `onEvent(type, data, id)`; resolves with the last event id.
+   */
+  async followRun(runId, { after = 0, onEvent, signal, maxRetries = 8 } = {}) {
+    let cursor = after;
+    let failures = 0;
+    for (;;) {
+      try {
+        const headers = { Accept: "text/event-stream" };
+        if (cursor > 0) headers["Last-Event-ID"] = String(cursor);
+        const response = await fetch(`/api/runs/${enc(runId)}/events`, {
+          headers: this.headers(headers),
+          signal,
+          cache: "no-store",
+        });
+        if (!response.ok) throw await this.errorOf(response);
+        for await (const event of readSse(response.body)) {
+          const id = Number.parseInt(event.id, 10);
+          if (Number.isFinite(id)) cursor = Math.max(cursor, id);
+          failures = 0;
+          let data = {};
+          try {
+            data = event.data ? JSON.parse(event.data) : {};
+          } catch {
+            data = { raw: event.data };
+          }
+          onEvent(event.event, data, id);
+        }
+        return cursor;
+      } catch (exc) {
+        if (signal?.aborted || exc?.name === "AbortError") return cursor;
+        const permanent = exc instanceof ApiError && exc.status >= 400 && exc.status < 500 && exc.status !== 429;
+        failures += 1;
+        if (permanent || failures > maxRetries) throw exc;
+        await sleep(Math.min(8000, 300 * 2 ** failures), signal);
+      }
+    }
+  }
+}
+
+export function enc(value) {
+  return encodeURIComponent(value);
+}
+
+function sleep(ms, signal) {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener("abort", () => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}
+
+/**
+ * Server-sent events from a byte stream (the WHATWG parsing rules: CR, LF or CRLF line ends,
+ * `:` comments, `event`/`data`/`id` fields, a blank line dispatches).
+ */
+export async function* readSse(body) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  let event = { event: "", data: [], id: "" };
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += value;
+      for (;;) {
+        const match = /\r\n|\r|\n/.exec(buffer);
+        if (!match) break;
+        // A lone CR at the very end may be the first half of a CRLF: wait for the next chunk.
+        if (match[0] === "\r" && match.index === buffer.length - 1) break;
+        const line = buffer.slice(0, match.index);
+        buffer = buffer.slice(match.index + match[0].length);
+        if (line === "") {
+          if (event.data.length) {
+            yield { event: event.event || "message", data: event.data.join("\n"), id: event.id };
+          }
+          event = { event: "", data: [], id: event.id };
+          continue;
+        }
+        if (line.startsWith(":")) continue;
+        const colon = line.indexOf(":");
+        const field = colon < 0 ? line : line.slice(0, colon);
+        let fieldValue = colon < 0 ? "" : line.slice(colon + 1);
+        if (fieldValue.startsWith(" ")) fieldValue = fieldValue.slice(1);
+        if (field === "event") event.event = fieldValue;
+        else if (field === "data") event.data.push(fieldValue);
+        else if (field === "id" && !fieldValue.includes("\0")) event.id = fieldValue;
+      }
+    }
+  } finally {
+    reader.releaseLock();
+  }
+}

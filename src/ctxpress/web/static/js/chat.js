@@ -1,0 +1,495 @@
+// The chat: the conversation's record (oldest first), grouped by run, and the live events of its
+// active runs (streaming text, tool calls and results, questions answered inline, queued requests).
+
+import { ApiError, enc } from "./api.js";
+import { announce, clear, h } from "./dom.js";
+import { formatTokens, prettyJson, shorten } from "./format.js";
+import { has, t } from "./i18n.js";
+
+/** The summary message's marker (S21: summary text is never shown as an assistant message). */
+const SUMMARY_MARKER = "[ctxpress:summary]";
+const RESULT_DISPLAY_CHARS = 4000;
+const ACTIVE_STATUSES = new Set(["queued", "running", "waiting_input"]);
+
+export class Chat {
+  /**
+   * @param {object} options
+   * @param {import("./api.js").Api} options.api
+   * @param {HTMLElement} options.log  the chat log element (role=log)
+   * @param {object} options.hooks  onCompression(data), onPressure(data), onActivity(), onRunSettled(runId)
+   */
+  constructor({ api, log, hooks }) {
+    this.api = api;
+    this.log = log;
+    this.hooks = hooks;
+    this.conversationId = null;
+    this.controller = null;
+    this.reset();
+  }
+
+  reset() {
+    this.controller?.abort();
+    this.controller = new AbortController();
+    this.runs = new Map(); // runId -> {container, badge, cursor, following, chips}
+    this.knownMessageIds = new Set();
+    this.streaming = new Map(); // message id -> bubble text element
+    this.tools = new Map(); // tool_call_id -> tool item parts
+    this.interrupts = new Map(); // interrupt id -> form
+    this.streams = 0;
+    clear(this.log);
+    this.log.removeAttribute("aria-busy");
+  }
+
+  close() {
+    this.reset();
+    this.conversationId = null;
+  }
+
+  async open(conversationId) {
+    this.reset();
+    this.conversationId = conversationId;
+    const signal = this.controller.signal;
+    const base = `/api/conversations/${enc(conversationId)}`;
+    let messages;
+    let runs;
+    try {
+      [messages, runs] = await Promise.all([
+        this.loadAllMessages(base, signal),
+        this.api.get(`${base}/runs?limit=50`, { signal }),
+      ]);
+    } catch (exc) {
+      if (signal.aborted) return; // superseded by a newer open (another conversation, a language switch)
+      throw exc;
+    }
+    if (signal.aborted) return;
+    for (const message of messages) this.renderRecord(message);
+    const ordered = [...runs.items].reverse(); // oldest first
+    for (const run of ordered) {
+      if (!ACTIVE_STATUSES.has(run.status)) continue;
+      const entry = this.runEntry(run.id);
+      if (run.status === "queued") {
+        this.addUserBubble(entry, run.input);
+        this.setQueued(entry, null, null);
+      }
+      if (run.status === "waiting_input") {
+        for (const pending of run.interrupts) this.renderInterrupt(run.id, pending.id, pending.value);
+        continue; // its stream would only replay: the answer restarts it
+      }
+      this.follow(run.id, 0);
+    }
+    this.scrollToEnd(true);
+  }
+
+  async loadAllMessages(base, signal) {
+    const all = [];
+    let after = 0;
+    for (;;) {
+      const page = await this.api.get(`${base}/messages?after=${after}&limit=500`, { signal });
+      all.push(...page.items);
+      if (page.next_after === null || page.next_after === undefined) return all;
+      after = page.next_after;
+    }
+  }
+
+  /** Send a message: the run starts now or waits in the conversation's queue. */
+  async send(text) {
+    const conversationId = this.conversationId;
+    const accepted = await this.api.post(`/api/conversations/${enc(conversationId)}/runs`, { input: text });
+    if (conversationId !== this.conversationId) return accepted;
+    const entry = this.runEntry(accepted.run.id);
+    this.addUserBubble(entry, accepted.run.input ?? text);
+    if (accepted.queued) this.setQueued(entry, accepted.position, accepted.queued_because);
+    this.scrollToEnd(true);
+    this.follow(accepted.run.id, 0);
+    this.hooks.onActivity?.();
+    return accepted;
+  }
+
+  // --- runs and their containers ---------------------------------------------------------------
+
+  runEntry(runId) {
+    const key = runId || "none";
+    let entry = this.runs.get(key);
+    if (!entry) {
+      const container = h("div", { class: "run", dataset: { runId: key } });
+      this.log.append(container);
+      entry = { id: runId, container, badge: null, cursor: 0, following: false, chip: null };
+      this.runs.set(key, entry);
+    }
+    return entry;
+  }
+
+  setQueued(entry, position, because) {
+    const parts = [position ? t("queuedPosition", { position }) : t("queued")];
+    if (because && has(`queuedBecause_${because}`)) parts.push(t(`queuedBecause_${because}`));
+    const text = parts.join(" · ");
+    if (!entry.badge) {
+      entry.badge = h("p", { class: "badge badge-queued", role: "status" });
+      const bubble = entry.container.querySelector(".msg-user");
+      (bubble || entry.container).append(entry.badge);
+    }
+    entry.badge.textContent = text;
+  }
+
+  clearQueued(entry) {
+    entry.badge?.remove();
+    entry.badge = null;
+  }
+
+  async follow(runId, after) {
+    const entry = this.runEntry(runId);
+    if (entry.following) return;
+    const controller = this.controller; // a newer conversation replaces it (reset aborts this one)
+    entry.following = true;
+    entry.cursor = Math.max(entry.cursor, after);
+    this.streams += 1;
+    // While text streams in, screen readers wait and read the finished answer once.
+    this.log.setAttribute("aria-busy", "true");
+    let waiting = false;
+    try {
+      entry.cursor = await this.api.followRun(runId, {
+        after: entry.cursor,
+        signal: controller.signal,
+        onEvent: (type, data, id) => {
+          if (Number.isFinite(id)) entry.cursor = Math.max(entry.cursor, id);
+          if (type === "interrupt") waiting = true;
+          if (type === "run_finished") waiting = false;
+          this.onEvent(entry, type, data);
+        },
+      });
+    } catch (exc) {
+      if (!controller.signal.aborted) {
+        this.addNote(entry, t("streamLost", { message: exc.message }), "error", true);
+      }
+    } finally {
+      entry.following = false;
+      if (controller === this.controller) {
+        this.streams -= 1;
+        if (this.streams <= 0) this.log.removeAttribute("aria-busy");
+      }
+    }
+    if (controller.signal.aborted) return;
+    if (waiting) this.hooks.onActivity?.();
+    else this.hooks.onRunSettled?.(runId);
+  }
+
+  onEvent(entry, type, data) {
+    switch (type) {
+      case "run_queued":
+        this.setQueued(entry, data.position, data.reason);
+        this.hooks.onActivity?.();
+        break;
+      case "run_started":
+        this.clearQueued(entry);
+        this.hooks.onActivity?.();
+        break;
+      case "message_delta":
+        if (!data.namespace) this.onDelta(entry, data);
+        break;
+      case "message":
+        this.onMessage(entry, data);
+        break;
+      case "tool_call":
+        if (this.tools.has(data.tool_call_id)) break;
+        this.addToolCall(entry, data.tool_call_id, data.name, data.args, data.namespace);
+        break;
+      case "tool_result":
+        this.setToolResult(entry, data.tool_call_id, data.name, {
+          content: data.content,
+          status: data.status,
+          chars: data.content_chars,
+          truncated: data.truncated,
+        });
+        break;
+      case "interrupt":
+        this.renderInterrupt(entry.id, data.interrupt_id, data.value);
+        this.hooks.onActivity?.();
+        break;
+      case "context_compression":
+        this.onCompression(entry, data);
+        this.hooks.onCompression?.(data);
+        break;
+      case "context_pressure":
+        this.hooks.onPressure?.(data);
+        break;
+      case "usage":
+        this.hooks.onUsage?.(data);
+        break;
+      case "error":
+        this.addNote(entry, t("runError", { message: data.message ?? "" }), "error", true);
+        break;
+      case "run_finished":
+        this.clearQueued(entry);
+        if (data.status === "failed" && data.error) {
+          // The `error` event (if any) already said it; only add when nothing did.
+          if (!entry.container.querySelector(".note-error")) {
+            this.addNote(entry, t("runFailed", { error: data.error }), "error", true);
+          }
+        } else if (data.status === "cancelled") {
+          this.addNote(entry, t("runCancelled"), "muted", false);
+        }
+        break;
+      default:
+        break;
+    }
+    this.scrollToEnd(false);
+  }
+
+  // --- rendering ---------------------------------------------------------------------------------
+
+  renderRecord(message) {
+    const entry = this.runEntry(message.run_id);
+    const data = message.message?.data || {};
+    if (data.id) this.knownMessageIds.add(data.id);
+    if (message.role === "user" || message.role === "human") {
+      if (isSummaryText(message.content)) return;
+      this.addUserBubble(entry, message.content);
+    } else if (message.role === "assistant" || message.role === "ai") {
+      if (message.content && !isSummaryText(message.content)) this.addAssistantBubble(entry, message.content);
+      for (const call of data.tool_calls || []) this.addToolCall(entry, call.id, call.name, call.args);
+    } else if (message.role === "tool") {
+      const content = message.content ?? "";
+      this.setToolResult(entry, data.tool_call_id, data.name, {
+        content: content.slice(0, RESULT_DISPLAY_CHARS),
+        status: data.status,
+        chars: content.length,
+        truncated: content.length > RESULT_DISPLAY_CHARS,
+      });
+    }
+  }
+
+  addUserBubble(entry, text) {
+    const bubble = h(
+      "article",
+      { class: "msg msg-user" },
+      h("h3", { class: "msg-who" }, t("you")),
+      h("p", { class: "msg-text" }, text),
+    );
+    // The user's message opens its run's block.
+    entry.container.prepend(bubble);
+    return bubble;
+  }
+
+  addAssistantBubble(entry, text) {
+    const body = h("p", { class: "msg-text" }, text);
+    entry.container.append(h("article", { class: "msg msg-assistant" }, h("h3", { class: "msg-who" }, t("assistant")), body));
+    clampLong(body);
+    return body;
+  }
+
+  onDelta(entry, data) {
+    const id = data.message_id || "anonymous";
+    if (this.knownMessageIds.has(id)) return;
+    let body = this.streaming.get(id);
+    if (!body) {
+      body = this.addAssistantBubble(entry, "");
+      body.parentElement.classList.add("streaming");
+      this.streaming.set(id, body);
+    }
+    body.textContent += data.delta ?? "";
+  }
+
+  onMessage(entry, data) {
+    if (data.namespace) {
+      // A sub-agent's inner message: shown compactly, never as the agent's answer.
+      if (data.content) this.addNote(entry, `${t("subagent", { name: data.namespace.join("/") })}: ${shorten(data.content, 160)}`, "muted", false);
+      return;
+    }
+    const id = data.message_id;
+    if (id && this.knownMessageIds.has(id) && !this.streaming.has(id)) return;
+    if (id) this.knownMessageIds.add(id);
+    const body = this.streaming.get(id);
+    this.streaming.delete(id);
+    const text = data.content || "";
+    const visible = text && !isSummaryText(text);
+    if (body) {
+      body.parentElement.classList.remove("streaming");
+      if (visible) {
+        body.textContent = text;
+        clampLong(body);
+      } else body.parentElement.remove();
+    } else if (visible) {
+      this.addAssistantBubble(entry, text);
+    }
+  }
+
+  addToolCall(entry, callId, name, args, namespace) {
+    if (callId && this.tools.has(callId)) return this.tools.get(callId);
+    const isQuestion = name === "ask_user";
+    const state = h("span", { class: "tool-state" }, isQuestion ? t("awaitingAnswer") : t("toolPending"));
+    const brief = isQuestion ? args?.question ?? "" : shorten(compactArgs(args), 80);
+    const summary = h(
+      "summary",
+      {},
+      h("span", { class: "tool-icon", "aria-hidden": "true" }, isQuestion ? "?" : "⚙"),
+      h("span", { class: "tool-name" }, isQuestion ? t("askUser") : name || "?"),
+      namespace ? h("span", { class: "tool-ns" }, t("subagent", { name: namespace.join("/") })) : null,
+      h("span", { class: "tool-brief" }, brief),
+      state,
+    );
+    const result = h("div", { class: "tool-result", hidden: true });
+    const details = h(
+      "details",
+      { class: `tool${isQuestion ? " tool-question" : ""}`, dataset: { callId: callId || "" } },
+      summary,
+      h("div", { class: "tool-body" }, h("h4", {}, t("toolArgs")), h("pre", { class: "tool-args" }, prettyJson(args ?? {})), result),
+    );
+    entry.container.append(details);
+    const item = { details, state, result, name, isQuestion, done: false };
+    if (callId) this.tools.set(callId, item);
+    return item;
+  }
+
+  setToolResult(entry, callId, name, { content, status, chars, truncated }) {
+    let item = callId ? this.tools.get(callId) : null;
+    if (!item) item = this.addToolCall(entry, callId, name, undefined);
+    if (item.done) return;
+    item.done = true;
+    const failed = status === "error";
+    item.details.classList.toggle("tool-failed", failed);
+    const total = Number(chars ?? (content || "").length);
+    item.state.textContent = failed
+      ? t("toolError")
+      : item.isQuestion
+        ? t("yourAnswer", { answer: shorten(content, 60) })
+        : `✓ ${t("resultChars", { chars: total.toLocaleString() })}`;
+    clear(item.result);
+    item.result.append(h("h4", {}, t("toolResult")), h("pre", { class: "tool-output" }, content ?? ""));
+    if (truncated) {
+      item.result.append(h("p", { class: "muted small" }, t("truncatedPreview", { shown: (content || "").length, total })));
+    }
+    item.result.hidden = false;
+    // A question that was answered: its form (if shown) is no longer needed.
+  }
+
+  renderInterrupt(runId, interruptId, value) {
+    const key = interruptId || `${runId}:pending`;
+    if (this.interrupts.has(key)) return;
+    const entry = this.runEntry(runId);
+    const question = typeof value === "object" && value !== null ? value.question ?? prettyJson(value) : String(value ?? "");
+    const inputId = `answer-${cssId(key)}`;
+    const questionId = `question-${cssId(key)}`;
+    const input = h("textarea", { id: inputId, rows: "2", required: true, "aria-describedby": questionId });
+    const error = h("p", { class: "error", role: "alert" });
+    const button = h("button", { type: "submit", class: "primary" }, t("answerButton"));
+    const form = h(
+      "form",
+      { class: "interrupt", "aria-labelledby": questionId, dataset: { interruptId: interruptId || "" } },
+      h("p", { id: questionId, class: "interrupt-question" }, h("strong", {}, `${t("askUser")}：`), question),
+      h("label", { for: inputId }, t("answerLabel")),
+      h("div", { class: "interrupt-row" }, input, button),
+      error,
+    );
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const answer = input.value.trim();
+      if (!answer) {
+        input.focus();
+        return;
+      }
+      button.disabled = true;
+      error.textContent = "";
+      try {
+        const body = interruptId ? { value: answer, interrupt_id: interruptId } : { value: answer };
+        await this.api.post(`/api/runs/${enc(runId)}/resume`, body);
+        form.replaceWith(h("p", { class: "note note-answered" }, t("answered", { answer })));
+        this.follow(runId, entry.cursor);
+        this.hooks.onActivity?.();
+      } catch (exc) {
+        error.textContent = t("requestFailed", { message: describeError(exc) });
+        button.disabled = false;
+      }
+    });
+    input.addEventListener("keydown", (event) => submitOnEnter(event, form));
+    entry.container.append(form);
+    this.interrupts.set(key, form);
+    announce(`${t("askUser")}：${question}`);
+    const active = document.activeElement;
+    if (!active || active === document.body || active.id === "composer-input") input.focus();
+  }
+
+  onCompression(entry, data) {
+    const text = describeCompressionEvent(data);
+    const status = data.status;
+    if (status === "started" || !entry.chip) {
+      entry.chip = h("p", { class: `note note-compression compression-${status}` });
+      entry.container.append(entry.chip);
+    }
+    entry.chip.className = `note note-compression compression-${status}`;
+    entry.chip.textContent = text;
+    if (status !== "started") entry.chip = null;
+  }
+
+  addNote(entry, text, kind, alert) {
+    const note = h("p", { class: `note note-${kind}`, role: alert ? "alert" : undefined }, text);
+    entry.container.append(note);
+    return note;
+  }
+
+  scrollToEnd(force) {
+    const log = this.log;
+    const nearEnd = log.scrollHeight - log.scrollTop - log.clientHeight < 120;
+    if (force || nearEnd) log.scrollTop = log.scrollHeight;
+  }
+}
+
+/** Long answers (e.g. echoed retrieval results) are folded to a few lines, with a button to unfold. */
+const CLAMP_CHARS = 1200;
+let clampCounter = 0;
+
+function clampLong(body) {
+  const bubble = body.parentElement;
+  if (!bubble || body.textContent.length <= CLAMP_CHARS || bubble.querySelector(".clamp-toggle")) return;
+  clampCounter += 1;
+  body.id ||= `msg-text-${clampCounter}`;
+  body.classList.add("clamped");
+  const toggle = h("button", { type: "button", class: "link clamp-toggle", "aria-expanded": "false", "aria-controls": body.id }, t("expand"));
+  toggle.addEventListener("click", () => {
+    const expanded = body.classList.toggle("clamped") === false;
+    toggle.setAttribute("aria-expanded", String(expanded));
+    toggle.textContent = expanded ? t("collapse") : t("expand");
+  });
+  bubble.append(toggle);
+}
+
+export function isSummaryText(text) {
+  return typeof text === "string" && text.trimStart().startsWith(SUMMARY_MARKER);
+}
+
+export function describeCompressionEvent(data) {
+  const level = data.level && has(`evLevel_${data.level}`) ? t(`evLevel_${data.level}`) : data.level || "?";
+  const params = {
+    level: data.reason === "context_overflow" ? `${level} · ${t("evOverflow")}` : level,
+    before: formatTokens(data.tokens_before),
+    after: formatTokens(data.tokens_after),
+    saved: formatTokens(data.tokens_saved),
+    error: data.error ?? "",
+  };
+  const key = `ev_${data.status}`;
+  return has(key) ? t(key, params) : `${data.status}: ${level}`;
+}
+
+export function describeError(exc) {
+  if (exc instanceof ApiError) return exc.message || exc.code;
+  return exc?.message || String(exc);
+}
+
+/** Enter sends, Shift+Enter is a new line; never while an IME (Chinese input) is composing. */
+export function submitOnEnter(event, form) {
+  if (event.key !== "Enter" || event.shiftKey || event.isComposing || event.keyCode === 229) return;
+  event.preventDefault();
+  form.requestSubmit();
+}
+
+function compactArgs(args) {
+  if (args === undefined) return "";
+  try {
+    return JSON.stringify(args);
+  } catch {
+    return String(args);
+  }
+}
+
+function cssId(value) {
+  return String(value).replace(/[^A-Za-z0-9_-]/g, "_");
+}
