@@ -455,9 +455,10 @@ def _tool_call_tokens(cache: _EstimateCache, name: str, arguments: Any, call_id:
 
 
 def _provider_calls_duplicate(calls: list[Any], extra: dict[str, Any]) -> bool:
-    """True when `additional_kwargs` holds only provider-format copies of `tool_calls`, in order."""
+    """True when `additional_kwargs` holds provider-format copies of `tool_calls`, in order, and no
+    legacy `function_call` (other keys such as `refusal` are not calls)."""
     raw_calls = extra.get("tool_calls")
-    if len(extra) != 1 or raw_calls.__class__ is not list or len(raw_calls) != len(calls):
+    if "function_call" in extra or raw_calls.__class__ is not list or len(raw_calls) != len(calls):
         return False
     return all(
         raw.__class__ is dict and raw.get("id") == call.get("id") and call.get("id") is not None
