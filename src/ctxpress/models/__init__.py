@@ -1,13 +1,13 @@
 """Chat models that ship with ctxpress (no network, no weights)."""
 
-from ctxpress.models.builtin import (
+from ctxpress.models.agent_policy import OfflineAgentPolicy
+from ctxpress.models.builtin import DEFAULT_CONTEXT_WINDOW, BuiltinChatModel, is_summary_call
+from ctxpress.models.reply import (
     BUILTIN_LABEL,
     BUILTIN_MODEL_NAME,
     BUILTIN_NOTICE,
     BUILTIN_PROVIDER,
-    BuiltinChatModel,
     BuiltinReply,
-    EchoPolicy,
     ReplyPolicy,
 )
 
@@ -16,8 +16,10 @@ __all__ = [
     "BUILTIN_MODEL_NAME",
     "BUILTIN_NOTICE",
     "BUILTIN_PROVIDER",
+    "DEFAULT_CONTEXT_WINDOW",
     "BuiltinChatModel",
     "BuiltinReply",
-    "EchoPolicy",
+    "OfflineAgentPolicy",
     "ReplyPolicy",
+    "is_summary_call",
 ]

@@ -6,7 +6,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 
 from ctxpress.server.db.models import RUN_QUEUED
-from ctxpress.server.routes.deps import ConversationDep, ServicesDep, UserDep
+from ctxpress.server.routes.deps import MAX_ROW_ID, ConversationDep, ServicesDep, UserDep
 from ctxpress.server.schemas import (
     ConversationOut,
     ConversationPage,
@@ -32,7 +32,12 @@ router = APIRouter(
 PAGE_LIMIT_MAX = 500
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=ConversationOut)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ConversationOut,
+    responses={400: {"model": ErrorResponse, "description": "No agent of that name (`unknown_agent`)."}},
+)
 async def create_conversation(
     body: CreateConversationRequest, user: UserDep, services: ServicesDep
 ) -> ConversationOut:
@@ -98,7 +103,7 @@ async def list_runs(
 async def list_messages(
     conversation: ConversationDep,
     services: ServicesDep,
-    after: Annotated[int, Query(ge=0, description="`next_after` of the previous page")] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_ROW_ID, description="`next_after` of the previous page")] = 0,
     limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = 100,
 ) -> MessagePage:
     """The complete chat record, oldest first: every user, assistant and tool message, never compressed."""

@@ -11,6 +11,10 @@ from ctxpress.server.db.models import Conversation, User
 from ctxpress.server.errors import UnauthorizedError
 from ctxpress.server.services.container import Services
 
+#: The largest row id both databases store (BIGINT): larger cursors are rejected with 422/400, never
+#: passed on to the database (where they would fail with a 500).
+MAX_ROW_ID = 2**63 - 1
+
 _bearer = HTTPBearer(auto_error=False, description="A token printed by `ctxpress users create NAME`.")
 
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Header, Query, status
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ctxpress.server.errors import BadRequestError
-from ctxpress.server.routes.deps import ServicesDep, UserDep
+from ctxpress.server.routes.deps import MAX_ROW_ID, ServicesDep, UserDep
 from ctxpress.server.schemas import ErrorResponse, ResumeRunRequest, RunOut
 from ctxpress.server.services.events import EventLog
 
@@ -43,7 +43,10 @@ async def cancel_run(run_id: str, user: UserDep, services: ServicesDep) -> RunOu
 @router.get(
     "/{run_id}/events",
     response_class=EventSourceResponse,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "Server-sent events"}},
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "Server-sent events"},
+        400: {"model": ErrorResponse, "description": "Last-Event-ID is not an event id."},
+    },
 )
 async def run_events(
     run_id: str,
@@ -51,7 +54,8 @@ async def run_events(
     services: ServicesDep,
     last_event_id: Annotated[str | None, Header(description="Resume after this event id")] = None,
     after: Annotated[
-        int | None, Query(ge=0, description="Same as Last-Event-ID, for clients without headers")
+        int | None,
+        Query(ge=0, le=MAX_ROW_ID, description="Same as Last-Event-ID, for clients without headers"),
     ] = None,
 ) -> EventSourceResponse:
     """The run's events as SSE, each with an `id:`; reconnect with `Last-Event-ID` to continue.
@@ -63,11 +67,13 @@ async def run_events(
     await services.runs.get_owned(user, run_id)
     cursor = after or 0
     if last_event_id is not None:
-        if not last_event_id.strip().isdigit():
+        text = last_event_id.strip()
+        # ASCII digits only (str.isdigit also accepts "²", which int() refuses), within BIGINT.
+        if not (text.isascii() and text.isdigit()) or int(text) > MAX_ROW_ID:
             raise BadRequestError(
                 "Last-Event-ID must be an event id (a non-negative integer)", code="invalid_last_event_id"
             )
-        cursor = max(cursor, int(last_event_id))
+        cursor = max(cursor, int(text))
     return EventSourceResponse(
         _as_sse(services.events, run_id, cursor), ping=int(max(1, services.settings.sse_ping_seconds))
     )

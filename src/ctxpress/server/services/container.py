@@ -126,9 +126,8 @@ async def open_services(
             await checkpointer.setup()
 
         workdirs = ConversationWorkdirs(settings.workdirs_dir)
-        retrieval = retrieval_tools(
-            settings
-        )  # query_kb over the service's knowledge base; web_search if configured
+        # query_kb over the service's knowledge base; web_search when a search API is configured
+        retrieval = retrieval_tools(settings)
         registry = AgentRegistry(
             definitions,
             checkpointer=checkpointer,

@@ -10,7 +10,7 @@ from ctxpress.server.errors import BadRequestError, NotFoundError
 from ctxpress.server.repositories.agents import AgentRepository
 from ctxpress.server.repositories.conversations import ConversationRepository
 from ctxpress.server.repositories.messages import MessageRepository
-from ctxpress.server.serialization import to_jsonable
+from ctxpress.server.serialization import storable_text, to_jsonable
 from ctxpress.server.services.agents import AgentRegistry, thread_config
 from ctxpress.server.services.workdirs import ConversationWorkdirs
 
@@ -59,7 +59,8 @@ class ConversationService:
                     id=conversation_id,
                     owner_id=user.id,
                     agent_name=name,
-                    title=title,
+                    # PostgreSQL refuses NUL in text: the same repair as the chat record (U+FFFD).
+                    title=storable_text(title),
                     workdir=self.workdirs.relative_location(conversation_id),
                 )
             )
