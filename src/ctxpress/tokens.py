@@ -262,10 +262,23 @@ def _weights(profile: str) -> tuple[float, ...]:
         ) from None
 
 
+#: Letters a letter run may average before its length starts to count: the fitted weights price a
+#: word at about one token whatever its length, which holds for prose but not for a blob with no
+#: spaces (base64, minified code), where tokenizers spend about one token per few letters.
+LETTERS_PER_RUN_FREE: Final = 12
+LETTERS_PER_EXTRA_TOKEN: Final = 4
+_LETTERS = FEATURE_NAMES.index("letters")
+_LETTER_RUNS = FEATURE_NAMES.index("letter_runs")
+
+
 def _estimate(text: str, weights: tuple[float, ...]) -> int:
     if not text:
         return 0
-    total = sum(weight * count for weight, count in zip(weights, text_features(text), strict=True))
+    features = text_features(text)
+    total = sum(weight * count for weight, count in zip(weights, features, strict=True))
+    excess = features[_LETTERS] - LETTERS_PER_RUN_FREE * features[_LETTER_RUNS]
+    if excess > 0:
+        total += excess / LETTERS_PER_EXTRA_TOKEN
     return max(1, math.ceil(total))  # a non-empty text is at least one token
 
 
