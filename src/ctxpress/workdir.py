@@ -11,6 +11,8 @@ Guarantees of `LocalWorkdir`:
 - `skills/` is a public, read-only area: writes there raise `WorkdirPermissionError`.
 - Writes are atomic: the bytes go to a temporary file in the same directory, are flushed to disk,
   then renamed over the target, so a crash leaves the old file or the new one, never half of one.
+  The temporary file a crash leaves behind is never listed, read or overwritten by path (its
+  `TEMP_PREFIX` names are reserved).
 - Files are user data: directories are created 0700 and files 0600.
 - Text that is not valid Unicode (lone surrogates, e.g. from a tool that decoded bytes badly) is
   stored losslessly: text is encoded as UTF-8 with the `surrogatepass` error handler, so a lone
@@ -30,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol, runtime_checkable
 
+#: Names of the temporary files of atomic writes: reserved, never listed, read or written by path.
+TEMP_PREFIX = ".ctxpress-tmp-"
 TEXT_ENCODING = "utf-8"
 TEXT_ERRORS = "surrogatepass"
 READ_ONLY_AREAS = ("skills",)
@@ -123,6 +127,9 @@ def normalize_relative_path(path: str) -> str:
     for part in parts:
         if len(part.encode(TEXT_ENCODING, TEXT_ERRORS)) > MAX_NAME_BYTES:
             raise WorkdirPathError(f"a workdir path component is longer than {MAX_NAME_BYTES} bytes")
+        if part.startswith(TEMP_PREFIX):
+            # A crash mid-write leaves such a file behind, half-written: it must never be served.
+            raise WorkdirPathError(f"workdir names starting with {TEMP_PREFIX!r} are reserved")
         if any(ch in SLASH_LOOKALIKES for ch in part):
             raise WorkdirPathError("workdir path must not contain look-alikes of '/'")
         if any(unicodedata.category(ch) in REJECTED_CATEGORIES for ch in part):
@@ -213,7 +220,7 @@ class LocalWorkdir:
             dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
             for name in filenames:
                 full = Path(dirpath, name)
-                if name.startswith(".ctxpress-tmp-") or full.is_symlink():
+                if name.startswith(TEMP_PREFIX) or full.is_symlink():
                     continue
                 with contextlib.suppress(OSError):
                     yield WorkdirFile(full.relative_to(self._root).as_posix(), full.stat().st_size)
@@ -242,7 +249,7 @@ class LocalWorkdir:
 
     @staticmethod
     def _atomic_write(target: Path, data: bytes, durable: bool) -> None:
-        fd, temp_name = tempfile.mkstemp(prefix=".ctxpress-tmp-", dir=target.parent)
+        fd, temp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=target.parent)
         try:
             # Wrap the descriptor first, so every failure below still closes it.
             with os.fdopen(fd, "wb") as handle:

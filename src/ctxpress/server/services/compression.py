@@ -153,19 +153,27 @@ class CompressionService:
         collector = UsageCollector(
             main_provider=runtime.main_usage_provider, summary_provider=runtime.summary_usage_provider
         )
+        refused: ServiceError | None = None
         async with (
             self.database.session() as session,
             conversation_lock(session, conversation_id) as locked,
         ):
             try:
                 outcome = await self._compress_locked(runtime, conversation_id, collector, session, locked)
+            except ServiceError as exc:
+                # Busy, or a part failed before anything was written in this session: record the
+                # bill and let the hold end normally, so the lock is released by the one commit
+                # below, never earlier (a rollback here would release the row lock mid-hold).
+                refused = exc
             except BaseException:
                 await session.rollback()
                 await _record_usage(session, conversation_id, collector)
                 await session.commit()
                 raise
             await _record_usage(session, conversation_id, collector)
-            return outcome
+        if refused is not None:
+            raise refused
+        return outcome
 
     async def _compress_locked(
         self,

@@ -15,7 +15,7 @@ from typing import Any, Final, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.types import Command, StreamMode
+from langgraph.types import Command, StateSnapshot, StreamMode
 
 from ctxpress.server.db.engine import Database
 from ctxpress.server.db.models import (
@@ -169,11 +169,21 @@ class RunExecutor:
         state = await runtime.graph.aget_state(thread_config(run.conversation_id))
         history: list[BaseMessage] = list((state.values or {}).get("messages", []))
         mapper.mark_seen(message.id for message in history)
-        # A run cancelled while waiting for an answer leaves tool calls without results, which most
-        # providers reject; answer them before the new message.
+        # A process that died after a step finished but before its checkpoint was saved leaves the
+        # step's messages as pending writes: the state shows them, but the graph drops them when new
+        # input arrives. Decide on what the graph keeps, and give lost tool results back.
+        lost = _written_by_unsaved_steps(state)
+        lost_ids = {message.id for message in lost}
+        kept = [message for message in history if message.id not in lost_ids]
+        lost_results = {m.tool_call_id: m for m in lost if isinstance(m, ToolMessage)}
+        # A run cancelled while waiting for an answer (or killed mid-step) leaves tool calls without
+        # results, which most providers reject; answer them before the new message.
         patches: list[BaseMessage] = [
-            ToolMessage(content=UNANSWERED_TOOL_CALL, tool_call_id=call_id, name=name, id=str(uuid.uuid4()))
-            for call_id, name in _unanswered_tool_calls(history)
+            lost_results.get(call_id)
+            or ToolMessage(
+                content=UNANSWERED_TOOL_CALL, tool_call_id=call_id, name=name, id=str(uuid.uuid4())
+            )
+            for call_id, name in _unanswered_tool_calls(kept)
         ]
         user_message = HumanMessage(content=run.input["text"], id=run.input["message_id"])
         async with self.database.session() as session:
@@ -240,6 +250,20 @@ class RunExecutor:
             await self.events.append(
                 session, run.id, events.RUN_FINISHED, {"status": outcome.status, "error": outcome.error}
             )
+
+
+def _written_by_unsaved_steps(state: StateSnapshot) -> list[BaseMessage]:
+    """Messages of finished tasks whose step has no checkpoint yet (only after a crash)."""
+    found: list[BaseMessage] = []
+    for task in state.tasks:
+        result = task.result
+        if not isinstance(result, dict):
+            continue
+        written = result.get("messages", [])
+        for item in written if isinstance(written, list) else [written]:
+            if isinstance(item, BaseMessage):
+                found.append(item)
+    return found
 
 
 def _unanswered_tool_calls(history: list[BaseMessage]) -> list[tuple[str, str]]:
