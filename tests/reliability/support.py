@@ -18,6 +18,7 @@ from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.config import CompressionConfig
 from ctxpress.server.services.agents import AgentDefinition, ModelSpec
 from ctxpress.server.settings import Settings
+from tests.middleware.conftest import assert_provider_valid
 from tests.server.fakes import ScriptedChatModel, fetch_report, report_text, report_tool_script
 from tests.server.helpers import SseEvent, query_sql, read_events, send
 
@@ -174,19 +175,6 @@ def assert_offload_references_exist(requests: Sequence[Sequence[BaseMessage]], r
             assert path.is_file(), f"the model was told {reference.path} holds a result, but it is absent"
             checked += 1
     return checked
-
-
-def assert_provider_valid(messages: Sequence[BaseMessage]) -> None:
-    """Every tool result follows the AI message that called it; every call is answered in time."""
-    open_calls: set[str] = set()
-    for message in messages:
-        if isinstance(message, ToolMessage):
-            assert message.tool_call_id in open_calls, f"orphaned tool result {message.tool_call_id}"
-            open_calls.discard(message.tool_call_id)
-            continue
-        assert not open_calls, f"unanswered tool calls {open_calls} before a {message.type} message"
-        if isinstance(message, AIMessage):
-            open_calls = {str(call["id"]) for call in message.tool_calls}
 
 
 def assert_history_chain(values: dict[str, Any], root: Path) -> int:
