@@ -14,6 +14,7 @@ and the same threshold in tokens (each counted with its own default counter).
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import time
@@ -566,3 +567,11 @@ def update_docs(marker: str, lines: Sequence[str]) -> None:
         text = text.rstrip() + "\n\n" + block + "\n"
     DOCS.parent.mkdir(parents=True, exist_ok=True)
     DOCS.write_text(text, encoding="utf-8")
+
+
+def bench_parser(doc: str | None, quick_help: str) -> argparse.ArgumentParser:
+    """The options every peer benchmark takes: `--quick` (short run, docs untouched) and `--no-docs`."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
+    return parser

@@ -28,7 +28,6 @@ over-threshold requests served without a summary call.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
@@ -46,6 +45,7 @@ from common import (
     TOOL_HEAVY_SOURCES,
     Replay,
     Thread,
+    bench_parser,
     ratio,
     reaches_threshold,
     replay_all,
@@ -328,13 +328,7 @@ def goal_lines(results: dict[tuple[str, int, str], Tally]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help="first long session per source only; no docs update"
-    )
-    parser.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
+    parser = bench_parser(__doc__, "first long session per source only; no docs update")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()

@@ -19,7 +19,6 @@ fill, the allocator reaches its working set).
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
@@ -30,6 +29,7 @@ from langchain_core.messages import AIMessage, messages_from_dict, messages_to_d
 
 from common import (
     InstantChatModel,
+    bench_parser,
     build_thread,
     canned_handler,
     make_ours,
@@ -57,11 +57,7 @@ PREFIXES = 40  # distinct prefix lengths in the cycle
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help=f"{QUICK_CALLS:,} calls; no docs update")
-    parser.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
+    parser = bench_parser(__doc__, f"{QUICK_CALLS:,} calls; no docs update")
     args = parser.parse_args(argv)
     calls = QUICK_CALLS if args.quick else CALLS
 

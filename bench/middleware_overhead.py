@@ -25,7 +25,6 @@ Goal: below threshold, ctxpress takes at most 0.5x DeepAgents' time on the same 
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import io
 import platform
@@ -48,6 +47,7 @@ from common import (
     Reloader,
     Thread,
     Timing,
+    bench_parser,
     build_thread,
     canned_handler,
     make_deepagents,
@@ -467,11 +467,7 @@ def verdict(rows: list[Row]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="fewer runs; docs/benchmarks.md is not updated")
-    parser.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
+    parser = bench_parser(__doc__, "fewer runs; docs/benchmarks.md is not updated")
     parser.add_argument(
         "--profile", action="store_true", help="cProfile ctxpress' below-threshold call (100K thread)"
     )

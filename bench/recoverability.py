@@ -23,7 +23,6 @@ only when it is given back exactly. Goal: ctxpress recovers 100% of summarised a
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
@@ -40,6 +39,7 @@ from common import (
     THRESHOLDS_K,
     Replay,
     Thread,
+    bench_parser,
     reaches_threshold,
     replay_all,
     replay_sets,
@@ -291,13 +291,7 @@ def verdict(results: dict[tuple[str, int], Result]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help="first long session per source only; no docs update"
-    )
-    parser.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
+    parser = bench_parser(__doc__, "first long session per source only; no docs update")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
