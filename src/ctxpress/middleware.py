@@ -367,8 +367,14 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
     # --- measuring ------------------------------------------------------------------------------
 
     def _count(self, call: _Call, messages: Sequence[BaseMessage]) -> int:
+        # A LangGraph state's messages are values (replaced, never edited in place), so each one's
+        # count is remembered whole by its id (`ctxpress.message_memo`).
         return count_request_tokens(
-            messages, call.request.system_message, call.request.tools, self.config.token_profile
+            messages,
+            call.request.system_message,
+            call.request.tools,
+            self.config.token_profile,
+            immutable_messages=True,
         )
 
     def _record_pressure(self, call: _Call, view: Sequence[BaseMessage], total: int) -> None:

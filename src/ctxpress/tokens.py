@@ -58,6 +58,12 @@ a run, so estimates are cached per profile, keyed on content, never on a message
 
 The cache keeps two generations of plain dicts (one ``dict.get`` per hit; what is used on every call
 survives a rotation) within ``CACHE_MAX_ENTRIES`` and ``CACHE_MAX_CHARS`` per profile.
+
+On top of it, ``count_request_tokens(..., immutable_messages=True)`` -- what the middleware calls,
+since a LangGraph state's messages are replaced and never edited in place -- remembers each whole
+message's count by its id and finds it again by comparing the message's fields
+(``ctxpress.message_memo``): identity checks for the same objects, a deep equality in C after a
+checkpoint reload. Without that flag the count sees even a nested list or dict edited in place.
 """
 
 from __future__ import annotations
@@ -74,6 +80,8 @@ from typing import Any, Final
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+
+from ctxpress.message_memo import FIELDS_BY_CLASS, MessageMemo, fields_getter
 
 __all__ = [
     "FEATURE_NAMES",
@@ -295,6 +303,10 @@ def estimate_tokens(text: str, profile: str = "default") -> int:
 # the memory bound (16M characters: 16-64 MB of strings, most of them shared with live threads).
 CACHE_MAX_ENTRIES: Final = 200_000
 CACHE_MAX_CHARS: Final = 16_000_000
+# Bounds of each profile's whole-message memo (`count_request_tokens(..., immutable_messages=True)`):
+# ids remembered, and the estimated tokens of the fields it keeps alive (about 4 characters each).
+MESSAGE_MEMO_MAX_ENTRIES: Final = 100_000
+MESSAGE_MEMO_MAX_TOKENS: Final = 4_000_000
 
 
 def _key_chars(key: Hashable) -> int:
@@ -329,6 +341,8 @@ class _EstimateCache:
         # arguments recognised by identity. Holding the objects keeps their ids from being reused.
         self.flat_calls: dict[int, tuple[Any, ...]] = {}
         self.flat_calls_chars = 0
+        # Whole messages by id, for callers whose messages are values (see `ctxpress.message_memo`).
+        self.messages = MessageMemo(MESSAGE_MEMO_MAX_ENTRIES, MESSAGE_MEMO_MAX_TOKENS)
 
     def get(self, key: Hashable) -> int | None:
         tokens = self.young.get(key)
@@ -413,6 +427,8 @@ def token_cache_info(profile: str = "default") -> dict[str, int]:
         "max_entries": cache.max_entries,
         "max_chars": cache.max_chars,
         "misses": cache.misses,
+        "messages": len(cache.messages),
+        "message_misses": cache.messages.misses,
     }
 
 
@@ -676,19 +692,52 @@ def count_tools_tokens(tools: Sequence[BaseTool | dict[str, Any]] | None, profil
     return sum(_tool_tokens(tool, profile) for tool in tools)
 
 
+def _memoized_messages_tokens(messages: Sequence[BaseMessage], cache: _EstimateCache) -> int:
+    """Sum of `_message_tokens` over `messages`, each taken from the whole-message memo when its
+    fields are unchanged. The young generation's latest slot is checked inline: the hot path."""
+    memo = cache.messages
+    recent = memo.young.get
+    getter_of = FIELDS_BY_CLASS.get
+    total = 0
+    for message in messages:
+        fields = (getter_of(message.__class__) or fields_getter(message.__class__))(message)
+        key = message.id or id(message)
+        entry = recent(key)
+        if entry is not None and entry[1] == fields:  # identity checks when it is the same message
+            total += entry[2]
+            if entry[0] is not message:  # an equal copy (a checkpoint reload)
+                memo.adopt(key, message, fields, entry)
+        else:
+            total += memo.count(key, message, fields, _message_tokens, cache)
+    return total
+
+
 def count_request_tokens(
     messages: Sequence[BaseMessage],
     system_message: SystemMessage | None = None,
     tools: Sequence[BaseTool | dict[str, Any]] | None = None,
     profile: str = "default",
+    *,
+    immutable_messages: bool = False,
 ) -> int:
     """Approximate tokens of a whole model request: messages, system message, tool schemas and a
     small per-request constant.
 
     Warm (messages seen before) this is a dict lookup per message plus, for AI messages with tool
     calls, one `marshal.dumps` per call; it is the middleware's hot path, hence the inlining.
+
+    `immutable_messages=True` is the caller's promise that no message is edited in place between
+    two counts (true of a LangGraph state, whose messages are replaced, never edited): each message's
+    count is then remembered whole by its id and found again by comparing its fields
+    (`ctxpress.message_memo`) -- a few identity checks per message on the next call of a run, a deep
+    equality in C after a checkpoint reload. The result is the same count either way.
     """
     cache = _cache(profile)
+    if immutable_messages:
+        total = REQUEST_OVERHEAD_TOKENS + _memoized_messages_tokens(messages, cache)
+        if system_message is not None:
+            total += _message_tokens(system_message, cache)
+        return total + count_tools_tokens(tools, profile)
     lookup = cache.young.get  # if the cache rotates meanwhile, misses fall through to `cache.text`
     kind_of = _KIND_BY_CLASS.get
     total = REQUEST_OVERHEAD_TOKENS + MESSAGE_OVERHEAD_TOKENS * len(messages)

@@ -1,0 +1,154 @@
+"""Whole-message token counts remembered by message id, for callers whose messages are values.
+
+The middleware counts the whole thread on every model call. Inside a LangGraph run the messages of
+the state are values: nodes and reducers replace a message (a new object; ``add_messages`` replaces
+by id), they do not edit one in place. Under that premise a message's count depends only on the
+fields it is made of, so this memo keeps, per message id, those fields and the count:
+
+- the same object again (the next model call of the same run): the fields are the very same
+  objects, and comparing the two field tuples is a handful of identity checks -- no hashing, no
+  per-tool-call work;
+- an equal message in new objects (a checkpoint reload between two runs): the comparison is a deep
+  equality done in C (``memcmp`` for strings), several times cheaper than hashing every string
+  again and rebuilding the tool-call keys;
+- anything else -- a field reassigned, a compacted copy under the same id, another message class --
+  compares unequal and is counted afresh.
+
+Each id keeps two slots, because the L1 path alternates between a message and its compacted copy,
+which keeps the message's id.
+
+What the premise excludes, and this memo cannot see: a nested list or dict of a message (list
+content, tool-call arguments) edited in place between two counts. ``count_request_tokens`` without
+``immutable_messages`` sees even that, since its per-content cache keys on the content itself.
+Equality also treats ``1``, ``1.0`` and ``True`` in tool arguments as the same value, so a message
+whose id was kept while such a value changed type keeps its earlier count, off by a token or two
+(counts are approximate, S12).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable
+from operator import attrgetter
+from typing import Any, Final, TypeVar
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+__all__ = ["FIELDS_BY_CLASS", "MessageMemo", "fields_getter", "message_fields"]
+
+# The fields a message's count reads (see `tokens._message_tokens`), with the class first so that a
+# message of another class under the same id never matches.
+_PLAIN_FIELDS: Final = attrgetter("__class__", "content", "name")
+_TOOL_FIELDS: Final = attrgetter("__class__", "content", "name", "tool_call_id")
+_AI_FIELDS: Final = attrgetter(
+    "__class__", "content", "name", "tool_calls", "invalid_tool_calls", "additional_kwargs"
+)
+#: message class -> the getter of its fields; filled by `fields_getter`, read directly by hot loops.
+FIELDS_BY_CLASS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+
+#: One memo entry: the message object last seen with the latest fields, those fields and their
+#: count, then the fields and count of the version before (or None, 0).
+Entry = tuple[Any, tuple[Any, ...], int, tuple[Any, ...] | None, int]
+_Counter = TypeVar("_Counter")
+
+
+def fields_getter(message_class: type) -> Callable[[Any], tuple[Any, ...]]:
+    getter = FIELDS_BY_CLASS.get(message_class)
+    if getter is None:
+        if issubclass(message_class, AIMessage):
+            getter = _AI_FIELDS
+        elif issubclass(message_class, ToolMessage):
+            getter = _TOOL_FIELDS
+        else:
+            getter = _PLAIN_FIELDS
+        FIELDS_BY_CLASS[message_class] = getter
+    return getter
+
+
+def message_fields(message: BaseMessage) -> tuple[Any, ...]:
+    """The tuple of everything a message's token count depends on (class first)."""
+    return fields_getter(message.__class__)(message)
+
+
+class MessageMemo:
+    """Bounded memo of whole-message counts, keyed by `message.id` (or the object's `id()` when it
+    has none), each entry holding the last two versions seen under that key.
+
+    A key only narrows the search: an entry gives back a count only for equal fields, so a reused
+    `id()` of a freed object or an id shared by two different messages costs a recount, never a
+    wrong count. The entry also holds the message object last seen, so that the hot loop can tell
+    the same object (identity checks only) from an equal copy (which it adopts, so that the next call
+    is an identity check again).
+
+    Two generations of plain dicts, like the estimate cache: new and re-used entries go to `young`;
+    when `young` reaches half of a bound it becomes `old` and the previous `old` is dropped. Entries
+    are immutable tuples replaced whole, so a reader on another thread never sees a half-written
+    entry. `max_tokens` bounds the text the remembered fields keep alive (about 4 characters each).
+    """
+
+    def __init__(self, max_entries: int, max_tokens: int) -> None:
+        self.max_entries = max_entries
+        self.max_tokens = max_tokens
+        self.young: dict[Hashable, Entry] = {}
+        self.old: dict[Hashable, Entry] = {}
+        self.young_tokens = 0
+        self.misses = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.young) + len(self.old)
+
+    def adopt(self, key: Hashable, message: BaseMessage, fields: tuple[Any, ...], entry: Entry) -> None:
+        """`message` (with `fields`) equals the latest version in `entry` but is made of other
+        objects (a checkpoint reload): keep these, so that the next call is identity checks again."""
+        self._put(key, (message, fields, entry[2], entry[3], entry[4]))
+
+    def count(
+        self,
+        key: Hashable,
+        message: BaseMessage,
+        fields: tuple[Any, ...],
+        count_message: Callable[[BaseMessage, _Counter], int],
+        counter: _Counter,
+    ) -> int:
+        """The count of `message` (whose fields are `fields`) found under `key` in either
+        generation and either slot, or `count_message(message, counter)` remembered now."""
+        entry = self.young.get(key) or self.old.get(key)
+        if entry is not None:
+            if entry[1] == fields:
+                self.adopt(key, message, fields, entry)
+                return entry[2]
+            if entry[3] is not None and entry[3] == fields:  # the version before: swap the slots
+                self._put(key, (message, fields, entry[4], entry[1], entry[2]))
+                return entry[4]
+        self.misses += 1
+        tokens = count_message(message, counter)
+        if 2 * tokens > self.max_tokens:
+            return tokens  # too big to keep alive; the count is still right, just not remembered
+        if entry is None:
+            self._put(key, (message, fields, tokens, None, 0))
+        else:
+            self._put(key, (message, fields, tokens, entry[1], entry[2]))
+        return tokens
+
+    def _put(self, key: Hashable, entry: Entry) -> None:
+        size = entry[2] + entry[4]  # both slots keep their fields alive
+        with self._lock:
+            current = self.young.get(key)
+            if current is None:
+                if (
+                    2 * (len(self.young) + 1) > self.max_entries
+                    or 2 * (self.young_tokens + size) > self.max_tokens
+                ):
+                    self.old = self.young
+                    self.young, self.young_tokens = {}, 0
+                self.young_tokens += size
+            else:
+                self.young_tokens += size - (current[2] + current[4])
+            self.young[key] = entry
+
+    def clear(self) -> None:
+        with self._lock:
+            self.young.clear()
+            self.old.clear()
+            self.young_tokens = 0

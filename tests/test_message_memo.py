@@ -1,0 +1,277 @@
+"""S12: the whole-message memo behind the middleware's count (`immutable_messages=True`).
+
+Oracle everywhere: the memoised count equals the exact per-content count of the same request
+(`count_request_tokens` without the memo, on a cleared cache), and a message is counted again
+exactly when something it is counted from changed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+    messages_from_dict,
+    messages_to_dict,
+)
+
+import ctxpress.tokens as tokens
+from ctxpress.message_memo import MessageMemo, message_fields
+from ctxpress.tokens import clear_token_cache, count_request_tokens
+from ctxpress.traces import iter_conversations
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> Iterator[None]:
+    clear_token_cache()
+    yield
+    clear_token_cache()
+
+
+def _exact(messages: Sequence[BaseMessage]) -> int:
+    """The count without any memo, from a cleared cache: the oracle."""
+    clear_token_cache()
+    try:
+        return count_request_tokens(messages)
+    finally:
+        clear_token_cache()
+
+
+def _memo(messages: Sequence[BaseMessage]) -> int:
+    return count_request_tokens(messages, immutable_messages=True)
+
+
+def _reload(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """Equal messages in new objects, as after a checkpoint load."""
+    return messages_from_dict(messages_to_dict(list(messages)))
+
+
+class _CountedMessages:
+    """Counts calls of `tokens._message_tokens` (one per message actually counted)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        real = tokens._message_tokens
+
+        def counting(message: BaseMessage, cache: tokens._EstimateCache) -> int:
+            self.calls += 1
+            return real(message, cache)
+
+        monkeypatch.setattr(tokens, "_message_tokens", counting)
+
+    def take(self) -> int:
+        calls, self.calls = self.calls, 0
+        return calls
+
+
+def _thread() -> list[BaseMessage]:
+    call = {
+        "name": "query_kb",
+        "args": {"query": "退货政策", "top_k": 3},
+        "id": "call_1",
+        "type": "tool_call",
+    }
+    return [
+        HumanMessage("请查一下退货政策，并总结要点。", id="h1"),
+        AIMessage(
+            "",
+            tool_calls=[call],
+            additional_kwargs={
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "query_kb", "arguments": '{"query": "退货政策", "top_k": 3}'},
+                    }
+                ]
+            },
+            id="a1",
+        ),
+        ToolMessage(
+            '{"results": [{"title": "退货政策", "content": "七天无理由退货。"}]}',
+            tool_call_id="call_1",
+            id="t1",
+        ),
+        AIMessage("七天内可以无理由退货。", id="a2"),
+        HumanMessage([{"type": "text", "text": "还有别的吗？"}, {"type": "text", "text": "谢谢"}], id="h2"),
+    ]
+
+
+def test_s12_memo_count_equals_the_exact_count() -> None:
+    messages = _thread()
+    assert _memo(messages) == _exact(messages)
+    assert _memo(messages) == _exact(messages)  # from the memo this time
+
+
+def test_s12_memo_same_objects_are_not_counted_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    messages = _thread()
+    counted = _CountedMessages(monkeypatch)
+    first = _memo(messages)
+    assert counted.take() == len(messages)
+    for _ in range(20):
+        assert _memo(messages) == first
+    assert counted.take() == 0
+
+
+def test_s12_memo_reloaded_copies_are_found_by_id_and_adopted(monkeypatch: pytest.MonkeyPatch) -> None:
+    messages = _thread()
+    first = _memo(messages)
+    counted = _CountedMessages(monkeypatch)
+    copies = _reload(messages)
+    assert all(copy is not original for copy, original in zip(copies, messages, strict=True))
+    assert _memo(copies) == first
+    assert counted.take() == 0  # equal fields: found by id, nothing recounted
+    memo = tokens._cache("default").messages
+    # Adopted: the entries now hold the new objects, so the next call is identity checks.
+    assert all(memo.young[copy.id][0] is copy for copy in copies)
+
+
+@pytest.mark.parametrize(
+    ("index", "change"),
+    [
+        (0, {"content": "换一个完全不同的问题：运费怎么算？"}),
+        (0, {"name": "客户"}),
+        (1, {"tool_calls": [{"name": "query_kb", "args": {"query": "运费", "top_k": 30}, "id": "call_1"}]}),
+        (1, {"additional_kwargs": {}}),
+        (2, {"tool_call_id": "call_1_but_much_longer_than_before"}),
+        (4, {"content": [{"type": "text", "text": "只有一个块了"}]}),
+    ],
+)
+def test_s12_memo_reassigned_field_is_counted_again(index: int, change: dict[str, object]) -> None:
+    messages = _thread()
+    _memo(messages)
+    for field, value in change.items():
+        setattr(messages[index], field, value)  # the same object, a field replaced
+    assert _memo(messages) == _exact(messages)
+
+
+def test_s12_memo_copy_with_new_content_under_the_same_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """L1's compacted view keeps each message's id: original and view alternate, both remembered."""
+    messages = _thread()
+    view = [*messages[:2], messages[2].model_copy(update={"content": "[已存入工作目录]"}), *messages[3:]]
+    exact_original, exact_view = _exact(messages), _exact(view)
+    assert exact_view < exact_original
+    assert _memo(messages) == exact_original
+    assert _memo(view) == exact_view
+    counted = _CountedMessages(monkeypatch)
+    for _ in range(5):
+        assert _memo(messages) == exact_original
+        assert _memo(view) == exact_view
+    assert counted.take() == 0  # two slots per id: neither version is recounted
+
+
+def test_s12_memo_other_class_under_the_same_id_is_another_message() -> None:
+    human = [HumanMessage("同样的文字", id="x")]
+    ai = [AIMessage("同样的文字", id="x", tool_calls=[{"name": "f", "args": {"a": "b" * 200}, "id": "c"}])]
+    assert _memo(human) == _exact(human)
+    assert _memo(ai) == _exact(ai)
+    assert _memo(human) == _exact(human)
+
+
+def test_s12_memo_messages_without_id_are_found_by_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    messages = [HumanMessage("没有 id 的消息"), AIMessage("回答")]
+    exact = _exact(messages)
+    assert _memo(messages) == exact
+    counted = _CountedMessages(monkeypatch)
+    assert _memo(messages) == exact
+    assert counted.take() == 0
+    messages[0].content = "内容换了"
+    assert _memo(messages) == _exact(messages)
+
+
+def test_s12_memo_memory_stays_bounded() -> None:
+    memo = MessageMemo(max_entries=100, max_tokens=5_000)
+    cache = tokens._cache("default")
+    for step in range(5_000):
+        message = HumanMessage(f"第 {step} 条消息：" + "内容" * (step % 50), id=f"m{step}")
+        tokens_of = memo.count(message.id, message, message_fields(message), tokens._message_tokens, cache)
+        assert tokens_of == tokens._message_tokens(message, cache)
+        assert len(memo) <= 100
+        assert memo.young_tokens <= 5_000 // 2
+    # What is used on every call survives the rotations.
+    kept = HumanMessage("每次都用", id="kept")
+    for step in range(1_000):
+        memo.count("kept", kept, message_fields(kept), tokens._message_tokens, cache)
+        churn = HumanMessage(f"新的 {step}", id=f"n{step}")
+        memo.count(churn.id, churn, message_fields(churn), tokens._message_tokens, cache)
+    misses = memo.misses
+    memo.count("kept", kept, message_fields(kept), tokens._message_tokens, cache)
+    assert memo.misses == misses
+
+
+def test_s12_memo_a_message_too_big_to_keep_is_still_counted_right() -> None:
+    memo = MessageMemo(max_entries=100, max_tokens=100)
+    cache = tokens._cache("default")
+    big = ToolMessage("很长的工具输出。" * 500, tool_call_id="c", id="big")
+    counted = memo.count("big", big, message_fields(big), tokens._message_tokens, cache)
+    assert counted == tokens._message_tokens(big, cache)
+    assert len(memo) == 0
+
+
+# --- Property: any sequence of runs, reloads and edits gives the exact count ------------------------
+
+_TEXTS = ["你好", "查询结果如下：\n" + "数据" * 40, "ok", "", "The answer is 42.", '退货\t政策  {"a": 1}']
+
+_operation = st.one_of(
+    st.tuples(st.just("append"), st.integers(0, 10_000)),
+    st.tuples(st.just("reload"), st.just(0)),
+    st.tuples(st.just("reassign"), st.integers(0, 10_000)),
+    st.tuples(st.just("replace_by_id"), st.integers(0, 10_000)),
+    st.tuples(st.just("count"), st.just(0)),
+)
+
+
+def _new_message(seed: int) -> BaseMessage:
+    text = _TEXTS[seed % len(_TEXTS)] + str(seed % 7)
+    kind = seed % 3
+    if kind == 0:
+        return HumanMessage(text, id=f"m{seed % 11}")
+    if kind == 1:
+        args = {"query": text, "n": seed % 5} if seed % 2 else {"steps": [{"text": text}]}
+        return AIMessage(
+            text, tool_calls=[{"name": "q", "args": args, "id": f"c{seed % 5}"}], id=f"m{seed % 11}"
+        )
+    return ToolMessage(text, tool_call_id=f"c{seed % 5}", id=f"m{seed % 11}")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_operation, min_size=1, max_size=30))
+def test_s12_memo_equals_exact_count_under_any_history_of_changes(operations: list[tuple[str, int]]) -> None:
+    clear_token_cache()
+    messages: list[BaseMessage] = [HumanMessage("开始", id="start")]
+    for name, seed in operations:
+        if name == "append":
+            messages.append(_new_message(seed))
+        elif name == "reload":
+            messages = _reload(messages)
+        elif name == "reassign" and messages:
+            target = messages[seed % len(messages)]
+            target.content = _TEXTS[seed % len(_TEXTS)] + "改"
+        elif name == "replace_by_id" and messages:
+            index = seed % len(messages)
+            messages[index] = messages[index].model_copy(update={"content": f"替换 {seed}"})
+        memoised = _memo(messages)
+        oracle = count_request_tokens(messages)  # the per-content path on the same (warm) cache
+        assert memoised == oracle
+
+
+# --- Real traces ------------------------------------------------------------------------------------
+
+
+def test_s12_memo_equals_exact_count_on_every_real_trace(traces_dir: Path) -> None:
+    checked = 0
+    for conversation in itertools.islice(iter_conversations(traces_dir), 400):
+        messages = list(conversation.messages)
+        assert _memo(messages) == count_request_tokens(messages), conversation.name
+        reloaded = _reload(messages)
+        assert _memo(reloaded) == count_request_tokens(reloaded), conversation.name
+        checked += 1
+    assert checked > 50
