@@ -79,8 +79,9 @@ def main(argv: list[str] | None = None) -> None:
         middleware = make_ours(threshold, LocalWorkdir(Path(scratch) / "workdir"), model)  # default caches
         del view
         settle()
-        samples: list[tuple[int, float, int, int, float]] = [
-            (0, rss_mb(), token_cache_info()["entries"], len(DEFAULT_CACHE), 0.0)
+        info = token_cache_info()
+        samples: list[tuple[int, float, int, int, int, float]] = [
+            (0, rss_mb(), info["entries"], info["messages"], len(DEFAULT_CACHE), 0.0)
         ]
         l1_calls = 0
         in_middleware = 0.0
@@ -100,11 +101,18 @@ def main(argv: list[str] | None = None) -> None:
             if index % EVERY == 0:
                 info = token_cache_info()
                 samples.append(
-                    (index, rss_mb(), info["entries"], len(DEFAULT_CACHE), time.perf_counter() - started)
+                    (
+                        index,
+                        rss_mb(),
+                        info["entries"],
+                        info["messages"],
+                        len(DEFAULT_CACHE),
+                        time.perf_counter() - started,
+                    )
                 )
                 print(
                     f"{index:>6} calls: RSS {samples[-1][1]:.1f} MB, token cache {info['entries']:,} entries, "
-                    f"L1 cache {len(DEFAULT_CACHE):,} entries",
+                    f"message memo {info['messages']:,}, L1 cache {len(DEFAULT_CACHE):,} entries",
                     flush=True,
                 )
 
@@ -131,10 +139,17 @@ def main(argv: list[str] | None = None) -> None:
         "on average (the rest of the elapsed time is decoding the messages).",
         "",
         *table(
-            ["calls", "RSS MB", "token cache entries", "L1 cache entries", "elapsed s"],
+            [
+                "calls",
+                "RSS MB",
+                "token cache entries",
+                "message memo entries",
+                "L1 cache entries",
+                "elapsed s",
+            ],
             (
-                [f"{n:,}", f"{rss:.1f}", f"{entries:,}", f"{l1:,}", f"{t:.0f}"]
-                for n, rss, entries, l1, t in samples
+                [f"{n:,}", f"{rss:.1f}", f"{entries:,}", f"{memo:,}", f"{l1:,}", f"{t:.0f}"]
+                for n, rss, entries, memo, l1, t in samples
             ),
         ),
         "",

@@ -4,7 +4,8 @@ Manual compression is one synchronous maintenance request: no run, no queued req
 
     conversation lock (the one run intake takes, S18)
       └ busy? → 409 thread_busy (running | waiting_input | queued)
-      └ state ← agent.graph.aget_state                        (the canonical compiled graph, S19)
+      └ state ← agent.graph.aget_state                        (the canonical compiled graph, S19;
+                                                              its checkpoint read once, see below)
       └ workdir handle acquired
           └ compress_now: L1 view, cutoff, history file + summary (both must succeed, S28)
         workdir handle released (success or failure)
@@ -34,6 +35,7 @@ from ctxpress.server.repositories.pressure import PressureRepository
 from ctxpress.server.repositories.runs import BusyState
 from ctxpress.server.repositories.usage import UsageRepository
 from ctxpress.server.services.agents import CONTEXT_COMPRESSION, AgentRegistry, AgentRuntime, thread_config
+from ctxpress.server.services.checkpoints import one_checkpoint_read
 from ctxpress.server.services.locks import LockedConversation, conversation_lock
 from ctxpress.server.services.pressure import (
     PressureService,
@@ -186,6 +188,14 @@ class CompressionService:
         # Held from this check until the checkpoint update below (S18).
         if (busy := await locked.busy_state()) is not None:
             raise ThreadBusyError(busy)
+        # The thread is idle and locked: nothing else writes its checkpoint until the update, so the
+        # update's own read of the checkpoint reuses the one `aget_state` decoded.
+        with one_checkpoint_read():
+            return await self._compress_idle(runtime, conversation_id, collector, session)
+
+    async def _compress_idle(
+        self, runtime: AgentRuntime, conversation_id: str, collector: UsageCollector, session: AsyncSession
+    ) -> CompressionOutcome:
         config = thread_config(conversation_id)
         snapshot = await runtime.graph.aget_state(config)
         values: dict[str, Any] = dict(snapshot.values or {})

@@ -1,0 +1,139 @@
+"""The service's checkpointers: messages decoded without revalidation, and one read per manual
+compression (S19: state is still read and written through the compiled graph), on SQLite and
+PostgreSQL.
+
+Oracles: decoded messages equal LangGraph's own decoding field for field; the graph's state after an
+update is the one written; the database is asked for the checkpoint once inside
+`one_checkpoint_read()` and every time outside it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import END, START, MessagesState, StateGraph
+from pydantic import BaseModel
+
+from ctxpress.server.services.checkpoint_serde import CheckpointSerializer
+from ctxpress.server.services.checkpoints import (
+    ServicePostgresSaver,
+    ServiceSqliteSaver,
+    one_checkpoint_read,
+    open_checkpointer,
+)
+from ctxpress.traces import iter_conversations
+
+from .conftest import SettingsFactory
+
+
+class _Note(BaseModel):
+    title: str
+    tags: list[str]
+
+
+def _assert_same_messages(expected: list[Any], decoded: list[Any]) -> None:
+    assert len(decoded) == len(expected)
+    for want, got in zip(expected, decoded, strict=True):
+        assert type(got) is type(want)
+        assert got == want
+        assert got.model_dump() == want.model_dump()
+        assert got.model_fields_set == want.model_fields_set
+
+
+def test_s1_every_real_message_decodes_exactly_as_langgraph_decodes_it(traces_dir: Path) -> None:
+    standard, ours = JsonPlusSerializer(), CheckpointSerializer()
+    checked = 0
+    for conversation in itertools.islice(iter_conversations(traces_dir), 600):
+        stored = standard.dumps_typed({"messages": conversation.messages})
+        _assert_same_messages(standard.loads_typed(stored)["messages"], ours.loads_typed(stored)["messages"])
+        checked += len(conversation.messages)
+    assert checked > 1000
+
+
+def test_s1_other_values_still_decode_the_langgraph_way() -> None:
+    standard, ours = JsonPlusSerializer(), CheckpointSerializer()
+    value = {
+        "note": _Note(title="退货政策", tags=["kb", "faq"]),
+        "when": datetime.datetime(2026, 12, 2, 15, 45, tzinfo=datetime.UTC),
+        "id": uuid.UUID(int=42),
+        "messages": [
+            HumanMessage("你好", id="h"),
+            AIMessage("", tool_calls=[{"name": "ls", "args": {"path": "."}, "id": "c"}], id="a"),
+            ToolMessage("a.txt", tool_call_id="c", id="t"),
+        ],
+        "plain": [1, 2.5, "三", None, True],
+    }
+    stored = standard.dumps_typed(value)
+    expected, decoded = standard.loads_typed(stored), ours.loads_typed(stored)
+    assert decoded["note"] == expected["note"] == value["note"]
+    assert decoded["when"] == value["when"] and decoded["id"] == value["id"]
+    assert decoded["plain"] == value["plain"]
+    _assert_same_messages(expected["messages"], decoded["messages"])
+    assert ours.loads_typed(standard.dumps_typed(None)) is None
+
+
+def _graph(checkpointer: Any) -> Any:
+    def answer(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage(f"收到 {len(state['messages'])} 条消息")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+class _CountedReads:
+    """Counts the checkpoint reads that reach the database (the saver class below the scope)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, saver: Any) -> None:
+        self.count = 0
+        database_class = type(saver).__mro__[2]  # ServiceXSaver -> _ScopedReads -> AsyncXSaver
+        real = database_class.aget_tuple
+
+        async def counting(this: Any, config: Any) -> Any:
+            self.count += 1
+            return await real(this, config)
+
+        monkeypatch.setattr(database_class, "aget_tuple", counting)
+
+
+async def test_s19_checkpoint_read_once_within_the_scope_and_always_outside(
+    make_settings: SettingsFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = make_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    async with open_checkpointer(settings.database()) as saver:
+        await saver.setup()
+        assert isinstance(saver, ServiceSqliteSaver | ServicePostgresSaver)
+        assert isinstance(saver.serde, CheckpointSerializer)
+        graph = _graph(saver)
+        config = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex[:8]}"}}
+        for turn in range(3):
+            await graph.ainvoke({"messages": [HumanMessage(f"第 {turn} 个问题", id=f"h{turn}")]}, config)
+        reads = _CountedReads(monkeypatch, saver)
+
+        await graph.aget_state(config)
+        await graph.aget_state(config)
+        assert reads.count == 2  # no scope: every read goes to the database
+
+        reads.count = 0
+        with one_checkpoint_read():
+            snapshot = await graph.aget_state(config)
+            assert len(snapshot.values["messages"]) == 6
+            updated = await graph.aupdate_state(config, {"messages": [HumanMessage("补充", id="extra")]})
+            assert reads.count == 1  # the update's own read was answered from the scope
+            after = await graph.aget_state(config)  # written in the scope: read again, and new
+            assert reads.count == 2
+        assert after.config["configurable"]["checkpoint_id"] == updated["configurable"]["checkpoint_id"]
+        assert [m.id for m in after.values["messages"]][-1] == "extra"
+        fresh = await graph.aget_state(config)  # the scope is gone: the database has the update
+        assert [m.id for m in fresh.values["messages"]] == [m.id for m in after.values["messages"]]
+        assert reads.count == 3
