@@ -1,4 +1,5 @@
-"""Real service processes for the SIGKILL and race tests (`service_process.py`), and their users."""
+"""Real service processes and their users: the SIGKILL and race tests run `service_process.py` (the
+default command); `bench/service_load.py` runs `ctxpress serve` itself through the same class."""
 
 from __future__ import annotations
 
@@ -21,17 +22,34 @@ from tests.server.helpers import free_port
 
 START_TIMEOUT_S = 60.0
 LEASE_SECONDS = 2.0
+#: This suite's scripted service; `{port}` and `{control}` are filled in at start.
+TEST_SERVICE_COMMAND: tuple[str, ...] = (
+    sys.executable,
+    "-m",
+    "tests.reliability.service_process",
+    "{port}",
+    "{control}",
+)
+#: This suite's short lease and poll, so a killed process is noticed within seconds.
+TEST_TUNING_ENV: dict[str, str] = {
+    "CTXPRESS_WORKER_POLL_SECONDS": "0.1",
+    "CTXPRESS_RUN_LEASE_SECONDS": str(LEASE_SECONDS),
+}
 
 
 @dataclass
 class ServiceProcess:
-    """One `service_process.py` process; `kill()` sends SIGKILL."""
+    """One service process on 127.0.0.1 (by default `service_process.py`); `kill()` sends SIGKILL."""
 
     settings: Settings
     control: Path
     log: Path
     #: More environment for the process (`CTXPRESS_TEST_AGENT`, `CTXPRESS_TEST_LOCK_TRACE`).
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: What to run; `{port}` and `{control}` are filled in (e.g. `ctxpress serve --port {port}`).
+    command: tuple[str, ...] = TEST_SERVICE_COMMAND
+    #: Settings given through the environment; empty: the service's own defaults.
+    tuning_env: dict[str, str] = field(default_factory=lambda: dict(TEST_TUNING_ENV))
     process: subprocess.Popen[bytes] | None = None
     port: int = 0
 
@@ -40,8 +58,7 @@ class ServiceProcess:
         env = {
             **os.environ,
             "CTXPRESS_DATA_DIR": str(self.settings.data_dir),
-            "CTXPRESS_WORKER_POLL_SECONDS": "0.1",
-            "CTXPRESS_RUN_LEASE_SECONDS": str(LEASE_SECONDS),
+            **self.tuning_env,
             "PYTHONPATH": str(REPO_ROOT),
             **self.extra_env,
         }
@@ -50,13 +67,7 @@ class ServiceProcess:
             env["CTXPRESS_DATABASE_URL"] = self.settings.database_url
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.reliability.service_process",
-                    str(self.port),
-                    str(self.control),
-                ],
+                [part.format(port=self.port, control=self.control) for part in self.command],
                 cwd=REPO_ROOT,
                 env=env,
                 stdout=log,

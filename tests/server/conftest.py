@@ -7,6 +7,7 @@ Without a reachable server the PostgreSQL half is skipped with the reason — or
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -22,46 +23,22 @@ from ctxpress.server.services.agents import AgentDefinition
 from ctxpress.server.services.container import open_database
 from ctxpress.server.settings import Settings
 
-from .helpers import LiveServer
+from .helpers import LiveServer, PostgresUnavailableError, scratch_postgres_database
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
-PG_HOST = os.environ.get("CTXPRESS_TEST_PG_HOST", "127.0.0.1")
-PG_PORT = int(os.environ.get("CTXPRESS_TEST_PG_PORT", "5432"))
-PG_ADMIN_DATABASE = os.environ.get("CTXPRESS_TEST_PG_DATABASE", "test")
-PG_USERS = ("postgres", "root")
-
-
-def _pg_url(user: str, database: str) -> str:
-    return f"postgresql://{user}@{PG_HOST}:{PG_PORT}/{database}"
 
 
 @pytest.fixture(scope="session")
 def postgres_database() -> Iterator[str]:
     """A fresh PostgreSQL database for this test session; its libpq URL."""
-    errors = []
-    for user in PG_USERS:
+    with contextlib.ExitStack() as stack:
         try:
-            admin = psycopg.connect(_pg_url(user, PG_ADMIN_DATABASE), autocommit=True, connect_timeout=3)
-        except psycopg.Error as exc:
-            errors.append(
-                f"{user}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
-            )
-            continue
-        name = f"ctxpress_test_{uuid.uuid4().hex[:10]}"
-        with admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-            try:
-                yield _pg_url(user, name)
-            finally:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        return
-    reason = (
-        f"PostgreSQL at {PG_HOST}:{PG_PORT} (database {PG_ADMIN_DATABASE!r}, users {'/'.join(PG_USERS)}) "
-        f"is not reachable: {'; '.join(errors)}"
-    )
-    if IN_CI:
-        pytest.fail(reason)
-    pytest.skip(reason)
+            url = stack.enter_context(scratch_postgres_database())
+        except PostgresUnavailableError as exc:
+            if IN_CI:
+                pytest.fail(str(exc))
+            pytest.skip(str(exc))
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
