@@ -733,15 +733,19 @@ def count_request_tokens(
     equality in C after a checkpoint reload. The result is the same count either way.
     """
     cache = _cache(profile)
-    if immutable_messages:
-        total = REQUEST_OVERHEAD_TOKENS + _memoized_messages_tokens(messages, cache)
-        if system_message is not None:
-            total += _message_tokens(system_message, cache)
-        return total + count_tools_tokens(tools, profile)
+    count_messages = _memoized_messages_tokens if immutable_messages else _messages_tokens
+    total = REQUEST_OVERHEAD_TOKENS + count_messages(messages, cache)
+    if system_message is not None:
+        total += _message_tokens(system_message, cache)
+    return total + count_tools_tokens(tools, profile)
+
+
+def _messages_tokens(messages: Sequence[BaseMessage], cache: _EstimateCache) -> int:
+    """Sum of `_message_tokens` over `messages`, with that function inlined (the per-content path)."""
     lookup = cache.young.get  # if the cache rotates meanwhile, misses fall through to `cache.text`
     kind_of = _KIND_BY_CLASS.get
-    total = REQUEST_OVERHEAD_TOKENS + MESSAGE_OVERHEAD_TOKENS * len(messages)
-    for message in messages:  # `_message_tokens`, inlined: this loop is the middleware's hot path
+    total = MESSAGE_OVERHEAD_TOKENS * len(messages)
+    for message in messages:  # `_message_tokens`, inlined: the memo's misses and every exact count run it
         content = message.content
         tokens = lookup(content) if content.__class__ is str else None
         total += _content_tokens(message, content, cache) if tokens is None else tokens
@@ -756,6 +760,4 @@ def count_request_tokens(
             total += cache.text(tool_call_id) if tokens is None else tokens
         elif kind == _AI and (message.tool_calls or message.invalid_tool_calls or message.additional_kwargs):  # type: ignore[attr-defined]
             total += _tool_calls_tokens(message, cache)  # type: ignore[arg-type]
-    if system_message is not None:
-        total += _message_tokens(system_message, cache)
-    return total + count_tools_tokens(tools, profile)
+    return total

@@ -20,33 +20,23 @@ from __future__ import annotations
 from typing import Any, Final
 
 import ormsgpack
-from langchain_core.messages import (
-    AIMessage,
-    AIMessageChunk,
-    ChatMessage,
-    FunctionMessage,
-    HumanMessage,
-    RemoveMessage,
-    SystemMessage,
-    ToolMessage,
-)
-from langchain_core.messages import BaseMessage as _BaseMessage
+from langchain_core import messages as lc_messages
 from langgraph.checkpoint.serde.jsonplus import EXT_PYDANTIC_V2, JsonPlusSerializer
 
 __all__ = ["MESSAGE_CLASSES", "CheckpointSerializer"]
 
 #: (module, class name) as LangGraph stores them -> the class rebuilt without validation.
-MESSAGE_CLASSES: Final[dict[tuple[str, str], type[_BaseMessage]]] = {
+MESSAGE_CLASSES: Final[dict[tuple[str, str], type[lc_messages.BaseMessage]]] = {
     (cls.__module__, cls.__name__): cls
     for cls in (
-        AIMessage,
-        AIMessageChunk,
-        ChatMessage,
-        FunctionMessage,
-        HumanMessage,
-        RemoveMessage,
-        SystemMessage,
-        ToolMessage,
+        lc_messages.AIMessage,
+        lc_messages.AIMessageChunk,
+        lc_messages.ChatMessage,
+        lc_messages.FunctionMessage,
+        lc_messages.HumanMessage,
+        lc_messages.RemoveMessage,
+        lc_messages.SystemMessage,
+        lc_messages.ToolMessage,
     )
 }
 _OPTIONS: Final = ormsgpack.OPT_NON_STR_KEYS
