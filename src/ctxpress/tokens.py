@@ -745,7 +745,7 @@ def _messages_tokens(messages: Sequence[BaseMessage], cache: _EstimateCache) -> 
     lookup = cache.young.get  # if the cache rotates meanwhile, misses fall through to `cache.text`
     kind_of = _KIND_BY_CLASS.get
     total = MESSAGE_OVERHEAD_TOKENS * len(messages)
-    for message in messages:  # `_message_tokens`, inlined: the memo's misses and every exact count run it
+    for message in messages:  # `_message_tokens`, inlined: the per-content path of every exact count
         content = message.content
         tokens = lookup(content) if content.__class__ is str else None
         total += _content_tokens(message, content, cache) if tokens is None else tokens
