@@ -52,10 +52,10 @@ from ctxpress.compaction import CompactionCache
 from ctxpress.compaction.content import content_text
 from ctxpress.config import TOKENS_PER_K
 from ctxpress.middleware import ContextCompressionMiddleware
-from ctxpress.replay import ReplayStep, replay_messages
 from ctxpress.tokens import count_request_tokens
-from ctxpress.traces import Conversation, iter_conversations
-from ctxpress.traces.model import finalize_conversation
+from ctxpress.tools.replay import ReplayStep, replay_messages
+from ctxpress.tools.traces import Conversation, iter_conversations
+from ctxpress.tools.traces.model import finalize_conversation
 from ctxpress.workdir import LocalWorkdir
 from samples import real_thread, require_data_dir
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 
 from ctxpress import CompressionConfig, LocalWorkdir, compact_view  # noqa: E402
 from ctxpress.compaction import CompactionCache  # noqa: E402
-from ctxpress.traces import iter_conversations  # noqa: E402
+from ctxpress.tools.traces import iter_conversations  # noqa: E402
 from samples import require_data_dir  # noqa: E402
 
 MARK_START = "<!-- compaction_repeat:start -->"

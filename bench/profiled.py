@@ -1,6 +1,6 @@
 """Run a module under cProfile until it exits or gets SIGTERM, then write the statistics:
 
-    python bench/profiled.py OUT.prof MODULE [ARGS…]       # e.g. OUT.prof ctxpress.cli serve --port 8000
+    python bench/profiled.py OUT.prof MODULE [ARGS…]       # e.g. OUT.prof ctxpress.app.cli serve --port 8000
 
 `bench/service_load.py --profile` runs `ctxpress serve` this way. uvicorn re-raises SIGTERM after its
 graceful shutdown, so the handler installed here turns it into `SystemExit` and the statistics

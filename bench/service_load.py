@@ -73,20 +73,20 @@ from tests.server.helpers import (
     send,
 )
 
-from ctxpress.server.services.agents import default_agent, thread_config
-from ctxpress.server.services.container import open_services
-from ctxpress.server.settings import Settings
+from ctxpress.app.server.services.agents import default_agent, thread_config
+from ctxpress.app.server.services.container import open_services
+from ctxpress.app.server.settings import Settings
 
 MARKER = "service_load"
 COMMAND = ".venv/bin/python bench/service_load.py"
 BENCH_DIR = Path(__file__).resolve().parent
 BACKENDS: tuple[str, ...] = ("sqlite", "postgresql")
 CTXPRESS, PEER = "ctxpress", "no middleware"
-#: `ctxpress serve` as its console script runs it (`ctxpress = "ctxpress.cli:app"`).
+#: `ctxpress serve` as its console script runs it (`ctxpress = "ctxpress.app.cli:app"`).
 SERVE_COMMAND: tuple[str, ...] = (
     sys.executable,
     "-m",
-    "ctxpress.cli",
+    "ctxpress.app.cli",
     "serve",
     "--port",
     "{port}",
@@ -446,7 +446,9 @@ def load_phase(backend: str, agent: str, sizes: Sizes, scratch: Path, profile: b
     stats_file = root / "serve.prof"
     with service_settings(backend, root) as settings:
         command = list(SERVE_COMMAND)
-        if profile:  # the same command under cProfile: `python bench/profiled.py OUT ctxpress.cli serve …`
+        if (
+            profile
+        ):  # the same command under cProfile: `python bench/profiled.py OUT ctxpress.app.cli serve …`
             command[1:2] = [str(BENCH_DIR / "profiled.py"), str(stats_file)]
         if agent == PEER:
             command += ["--agents", str(peer_agents_file(root / "agents.toml"))]
@@ -475,7 +477,7 @@ PROFILE_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("sockets", ("_socket.socket",)),
     ("LangGraph, LangChain, msgpack", ("langgraph", "langchain", "ormsgpack")),
-    ("ctxpress service (routes, services, repositories)", ("ctxpress/server",)),
+    ("ctxpress service (routes, services, repositories)", ("ctxpress/app/server",)),
     ("ctxpress engine, offline model, knowledge base", ("ctxpress/",)),
     (
         "HTTP stack (uvicorn, h11, Starlette, FastAPI, sse-starlette, anyio, pydantic)",

@@ -43,13 +43,13 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph.state import CompiledStateGraph
 
 from ctxpress import manual
-from ctxpress.models import BuiltinChatModel
-from ctxpress.models.builtin import is_summary_call
-from ctxpress.server.app import create_app
-from ctxpress.server.repositories.pressure import PressureRepository
-from ctxpress.server.services import compression
-from ctxpress.server.services.agents import AgentDefinition, ModelSpec, default_agent
-from ctxpress.server.settings import Settings
+from ctxpress.app.models import BuiltinChatModel
+from ctxpress.app.models.builtin import is_summary_call
+from ctxpress.app.server.app import create_app
+from ctxpress.app.server.repositories.pressure import PressureRepository
+from ctxpress.app.server.services import compression
+from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec, default_agent
+from ctxpress.app.server.settings import Settings
 
 TIMINGS_ENV = "CTXPRESS_BENCH_TIMINGS"
 PROFILE_ENV = "CTXPRESS_BENCH_PROFILE"

@@ -17,9 +17,9 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from ctxpress.cli import app
-from ctxpress.server.settings import Settings
-from ctxpress.traces import iter_conversations
+from ctxpress.app.cli import app
+from ctxpress.app.server.settings import Settings
+from ctxpress.tools.traces import iter_conversations
 from tests.conftest import IN_CI, REPO_ROOT, require_shared_data
 from tests.server.conftest import SettingsFactory, backend, database_url, make_settings, postgres_database
 from tests.server.helpers import free_port

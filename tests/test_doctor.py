@@ -17,15 +17,15 @@ import pytest
 from langchain_core.messages import AIMessage
 from typer.testing import CliRunner
 
-from ctxpress.cli import app
-from ctxpress.doctor import DoctorReport, diagnose
-from ctxpress.models import BUILTIN_LABEL
-from ctxpress.server.db.models import RUN_FAILED, RUN_RUNNING, Conversation
-from ctxpress.server.repositories.messages import MessageRepository
-from ctxpress.server.repositories.runs import RunRepository
-from ctxpress.server.services import events
-from ctxpress.server.services.agents import load_agents_file
-from ctxpress.server.settings import Settings
+from ctxpress.app.cli import app
+from ctxpress.app.doctor import DoctorReport, diagnose
+from ctxpress.app.models import BUILTIN_LABEL
+from ctxpress.app.server.db.models import RUN_FAILED, RUN_RUNNING, Conversation
+from ctxpress.app.server.repositories.messages import MessageRepository
+from ctxpress.app.server.repositories.runs import RunRepository
+from ctxpress.app.server.services import events
+from ctxpress.app.server.services.agents import load_agents_file
+from ctxpress.app.server.settings import Settings
 from tests.conftest import require_shared_data
 from tests.server.conftest import (
     ServerFactory,

@@ -13,18 +13,18 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from ctxpress.app.kb import KnowledgeBase, KnowledgeBaseError, builtin_documents
+from ctxpress.app.kb import postgres_store as postgres_module
+from ctxpress.app.kb.chunking import chunk_document
+from ctxpress.app.kb.documents import DocumentFormatError, read_documents
+from ctxpress.app.kb.postgres_store import PostgresKnowledgeStore
+from ctxpress.app.kb.sqlite_store import SqliteKnowledgeStore, check_sqlite_support
+from ctxpress.app.kb.store import KnowledgeStore
+from ctxpress.app.kb.terms import query_terms
+from ctxpress.app.kb.tools import query_kb_tool
+from ctxpress.app.server.knowledge import sqlite_knowledge_base_path, store_for
+from ctxpress.app.server.settings import Settings
 from ctxpress.compaction.retrieval_preview import retrieval_preview
-from ctxpress.kb import KnowledgeBase, KnowledgeBaseError, builtin_documents
-from ctxpress.kb import postgres_store as postgres_module
-from ctxpress.kb.chunking import chunk_document
-from ctxpress.kb.documents import DocumentFormatError, read_documents
-from ctxpress.kb.postgres_store import PostgresKnowledgeStore
-from ctxpress.kb.service import sqlite_knowledge_base_path, store_for
-from ctxpress.kb.sqlite_store import SqliteKnowledgeStore, check_sqlite_support
-from ctxpress.kb.store import KnowledgeStore
-from ctxpress.kb.terms import query_terms
-from ctxpress.kb.tools import query_kb_tool
-from ctxpress.server.settings import Settings
 from tests.conftest import require_shared_data
 from tests.server.conftest import postgres_database
 

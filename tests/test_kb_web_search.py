@@ -13,9 +13,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
-from ctxpress.compaction.retrieval_preview import retrieval_preview
-from ctxpress.kb.tools import retrieval_tools
-from ctxpress.kb.web_search import (
+from ctxpress.app.kb.tools import retrieval_tools
+from ctxpress.app.kb.web_search import (
     API_KEY_VARIABLE,
     URL_VARIABLE,
     WebSearchConfig,
@@ -23,9 +22,16 @@ from ctxpress.kb.web_search import (
     search_web,
     web_search_status,
 )
-from ctxpress.server.services.agents import AgentConfigError, AgentDefinition, AgentRegistry, default_agent
-from ctxpress.server.services.workdirs import ConversationWorkdirs
-from ctxpress.server.settings import Settings
+from ctxpress.app.server.knowledge import open_knowledge_base
+from ctxpress.app.server.services.agents import (
+    AgentConfigError,
+    AgentDefinition,
+    AgentRegistry,
+    default_agent,
+)
+from ctxpress.app.server.services.workdirs import ConversationWorkdirs
+from ctxpress.app.server.settings import Settings
+from ctxpress.compaction.retrieval_preview import retrieval_preview
 from tests.conftest import require_shared_data
 
 
@@ -150,7 +156,7 @@ def test_without_a_search_api_web_search_is_absent_and_says_why(
     agent = default_agent()
     assert "web_search" not in agent.tools and "query_kb" in agent.tools
     assert agent.notices == (status.note,)
-    tools = retrieval_tools(Settings(data_dir=tmp_path))
+    tools = retrieval_tools(open_knowledge_base(Settings(data_dir=tmp_path)))
     assert set(tools.available) == {"query_kb"} and tools.unavailable["web_search"] == status.note
     registry_args = {
         "checkpointer": InMemorySaver(),
@@ -171,6 +177,6 @@ def test_with_a_search_api_the_default_agent_gets_web_search(
     monkeypatch.setenv(API_KEY_VARIABLE, "k")
     agent = default_agent()
     assert agent.tools[-1] == "web_search" and agent.notices == ()
-    tools = retrieval_tools(Settings(data_dir=tmp_path))
+    tools = retrieval_tools(open_knowledge_base(Settings(data_dir=tmp_path)))
     answer = json.loads(tools.available["web_search"].invoke({"query": "Evergreen"}))
     assert answer["total"] == 5 and SearchApi.requests[-1]["auth"] == "Bearer k"

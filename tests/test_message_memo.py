@@ -26,7 +26,7 @@ from langchain_core.messages import (
 import ctxpress.tokens as tokens
 from ctxpress.message_memo import MessageMemo, message_fields
 from ctxpress.tokens import clear_token_cache, count_request_tokens
-from ctxpress.traces import iter_conversations
+from ctxpress.tools.traces import iter_conversations
 
 
 @pytest.fixture(autouse=True)

@@ -21,21 +21,26 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from ctxpress import CompressionConfig, ContextCompressionMiddleware, LocalWorkdir, compact_view
+from ctxpress.app.kb import KnowledgeBase
+from ctxpress.app.kb.sqlite_store import SqliteKnowledgeStore
+from ctxpress.app.kb.tools import query_kb_tool
+from ctxpress.app.models import BUILTIN_LABEL, BuiltinChatModel
+from ctxpress.app.models.intents import parse_intent
+from ctxpress.app.models.language import detect_language
+from ctxpress.app.server.services.agents import (
+    AgentConfigError,
+    AgentDefinition,
+    AgentRegistry,
+    default_agent,
+)
+from ctxpress.app.server.services.tools import ask_user, workdir_tools
+from ctxpress.app.server.services.workdirs import ConversationWorkdirs
 from ctxpress.compaction import CompactionCache
 from ctxpress.compaction.markers import parse_offload_reference
-from ctxpress.kb import KnowledgeBase
-from ctxpress.kb.sqlite_store import SqliteKnowledgeStore
-from ctxpress.kb.tools import query_kb_tool
-from ctxpress.models import BUILTIN_LABEL, BuiltinChatModel
-from ctxpress.models.intents import parse_intent
-from ctxpress.models.language import detect_language
-from ctxpress.server.services.agents import AgentConfigError, AgentDefinition, AgentRegistry, default_agent
-from ctxpress.server.services.tools import ask_user, workdir_tools
-from ctxpress.server.services.workdirs import ConversationWorkdirs
 from ctxpress.summary.event import SUMMARY_MARKER
 from ctxpress.summary.summarizer import summarize
 from ctxpress.tokens import count_request_tokens
-from ctxpress.traces import load_trace
+from ctxpress.tools.traces import load_trace
 from tests.conftest import require_shared_data
 
 THREAD = "0123456789abcdef0123456789abcdef"

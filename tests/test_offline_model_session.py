@@ -14,8 +14,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from ctxpress.cli import app
-from ctxpress.models import BUILTIN_LABEL
+from ctxpress.app.cli import app
+from ctxpress.app.models import BUILTIN_LABEL
 from tests.conftest import require_shared_data
 from tests.server.conftest import (
     ServerFactory,

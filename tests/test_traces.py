@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from ctxpress.traces import (
+from ctxpress.tools.traces import (
     NO_RESULT_PLACEHOLDER,
     RAW_ARGUMENTS_KEY,
     Conversation,
@@ -25,8 +25,8 @@ from ctxpress.traces import (
     load_trace,
     messages_to_openai,
 )
-from ctxpress.traces.discover import sniff_format
-from ctxpress.traces.model import read_payload
+from ctxpress.tools.traces.discover import sniff_format
+from ctxpress.tools.traces.model import read_payload
 from tests.conftest import require_shared_data
 
 SOURCES = ("swe-agent", "tau-bench", "toolbench", "openhands", "acebench", "glaive")

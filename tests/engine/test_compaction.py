@@ -809,7 +809,7 @@ def test_s10_head_middle_tail_with_left_out_counts(workdir: LocalWorkdir, kind: 
 
 
 def test_s10_trace_tool_output(workdir: LocalWorkdir, traces_dir: Path) -> None:
-    from ctxpress.traces import iter_conversations
+    from ctxpress.tools.traces import iter_conversations
 
     outputs = [
         text_of(message)
@@ -993,7 +993,7 @@ def test_s2_compacted_view_fed_back_is_recognised(counting: CountingWorkdir) -> 
 
 @pytest.fixture(scope="module")
 def hundred_message_trace() -> list[BaseMessage]:
-    from ctxpress.traces import iter_conversations
+    from ctxpress.tools.traces import iter_conversations
 
     for conversation in iter_conversations(require_shared_data("traces", "openhands")):
         if len(conversation.messages) >= 100:

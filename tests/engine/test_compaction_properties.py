@@ -39,7 +39,7 @@ INJECTED_TOOLS = ("query_kb", "web_search", "execute_bash", "read_file", "查询
 
 @pytest.fixture(scope="module")
 def conversations() -> list[Any]:
-    from ctxpress.traces import iter_conversations
+    from ctxpress.tools.traces import iter_conversations
 
     loaded = list(iter_conversations(require_shared_data("traces")))
     assert len(loaded) > 100

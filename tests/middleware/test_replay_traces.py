@@ -15,10 +15,10 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from ctxpress import CompressionConfig, ContextCompressionMiddleware, LocalWorkdir
 from ctxpress.compaction.content import content_text
-from ctxpress.replay import replay_messages
 from ctxpress.summary.event import is_summary_message
 from ctxpress.summary.recovery import recover_messages
-from ctxpress.traces import iter_conversations
+from ctxpress.tools.replay import replay_messages
+from ctxpress.tools.traces import iter_conversations
 from tests.fakes import ScriptedChatModel
 from tests.middleware.conftest import assert_provider_valid
 

@@ -36,9 +36,9 @@ import uvicorn
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
 
-from ctxpress.server.app import create_app
-from ctxpress.server.services.agents import AgentDefinition, ModelSpec
-from ctxpress.server.settings import Settings
+from ctxpress.app.server.app import create_app
+from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.settings import Settings
 from ctxpress.summary.event import is_summary_message
 from ctxpress.workdir import LocalWorkdir
 from tests.server.fakes import ScriptedChatModel, new_call_id, report_text, report_tool_script
@@ -144,7 +144,7 @@ def agent() -> AgentDefinition:
 
 def trace_locks(trace_file: str) -> None:
     """Wrap the one function behind every conversation lock (`locks._hold`) to log its holds."""
-    from ctxpress.server.services import locks
+    from ctxpress.app.server.services import locks
 
     original = locks._hold
     fd = os.open(trace_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -159,7 +159,7 @@ def trace_locks(trace_file: str) -> None:
         frame: Any = sys._getframe(2)
         while frame is not None:
             module = frame.f_globals.get("__name__", "")
-            if module.startswith("ctxpress.server.services") and not module.endswith(".locks"):
+            if module.startswith("ctxpress.app.server.services") and not module.endswith(".locks"):
                 return f"{module.rsplit('.', 1)[-1]}.{frame.f_code.co_name}"
             frame = frame.f_back
         return "?"

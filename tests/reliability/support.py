@@ -13,11 +13,11 @@ from typing import Any
 import httpx
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict
 
+from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.settings import Settings
 from ctxpress.compaction.content import content_text
 from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.config import CompressionConfig
-from ctxpress.server.services.agents import AgentDefinition, ModelSpec
-from ctxpress.server.settings import Settings
 from tests.middleware.conftest import assert_provider_valid
 from tests.server.fakes import ScriptedChatModel, fetch_report, report_text, report_tool_script
 from tests.server.helpers import SseEvent, query_sql, read_events, send

@@ -325,7 +325,7 @@ def test_random_conversations_valid_reconstructable_forward(
 
 @pytest.fixture(scope="module")
 def real_conversations() -> list[list[BaseMessage]]:
-    from ctxpress.traces import iter_conversations
+    from ctxpress.tools.traces import iter_conversations
 
     loaded = [c.messages for c in iter_conversations(require_shared_data("traces"))]
     usable = [messages for messages in loaded if sum(isinstance(m, AIMessage) for m in messages) >= 6]

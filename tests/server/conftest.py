@@ -17,11 +17,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from ctxpress.server.app import create_app
-from ctxpress.server.db.engine import Database
-from ctxpress.server.services.agents import AgentDefinition
-from ctxpress.server.services.container import open_database
-from ctxpress.server.settings import Settings
+from ctxpress.app.server.app import create_app
+from ctxpress.app.server.db.engine import Database
+from ctxpress.app.server.services.agents import AgentDefinition
+from ctxpress.app.server.services.container import open_database
+from ctxpress.app.server.settings import Settings
 
 from .helpers import LiveServer, PostgresUnavailableError, scratch_postgres_database
 

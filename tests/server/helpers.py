@@ -21,11 +21,11 @@ import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import Row, create_engine, text
 
-from ctxpress.server.db.engine import Database
-from ctxpress.server.db.models import Conversation
-from ctxpress.server.repositories import AgentRepository, ConversationRepository, UserRepository
-from ctxpress.server.services.container import Services
-from ctxpress.server.settings import Settings
+from ctxpress.app.server.db.engine import Database
+from ctxpress.app.server.db.models import Conversation
+from ctxpress.app.server.repositories import AgentRepository, ConversationRepository, UserRepository
+from ctxpress.app.server.services.container import Services
+from ctxpress.app.server.settings import Settings
 
 SERVER_START_TIMEOUT = 60.0
 T = TypeVar("T")

@@ -10,9 +10,8 @@ import pytest
 from langchain.agents.middleware import ModelCallLimitMiddleware
 from langgraph.checkpoint.memory import InMemorySaver
 
-from ctxpress.middleware import ContextCompressionMiddleware
-from ctxpress.models import BuiltinChatModel
-from ctxpress.server.services.agents import (
+from ctxpress.app.models import BuiltinChatModel
+from ctxpress.app.server.services.agents import (
     AgentConfigError,
     AgentDefinition,
     AgentRegistry,
@@ -22,7 +21,8 @@ from ctxpress.server.services.agents import (
     load_agents_file,
     parse_agents,
 )
-from ctxpress.server.services.workdirs import ConversationWorkdirs
+from ctxpress.app.server.services.workdirs import ConversationWorkdirs
+from ctxpress.middleware import ContextCompressionMiddleware
 
 AGENTS_TOML = """
 [agents.kb]
@@ -59,7 +59,7 @@ def test_an_agents_file_loads(tmp_path: Path) -> None:
 
 
 def test_the_shipped_example_is_valid(tmp_path: Path) -> None:
-    example = files("ctxpress.server").joinpath("agents.example.toml")
+    example = files("ctxpress.app.server").joinpath("agents.example.toml")
     definitions = parse_agents(tomllib.loads(example.read_text(encoding="utf-8")))
     registry = AgentRegistry(
         definitions, checkpointer=InMemorySaver(), workdirs=ConversationWorkdirs(tmp_path)

@@ -21,14 +21,14 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, MessagesState, StateGraph
 from pydantic import BaseModel
 
-from ctxpress.server.services.checkpoint_serde import CheckpointSerializer
-from ctxpress.server.services.checkpoints import (
+from ctxpress.app.server.services.checkpoint_serde import CheckpointSerializer
+from ctxpress.app.server.services.checkpoints import (
     ServicePostgresSaver,
     ServiceSqliteSaver,
     one_checkpoint_read,
     open_checkpointer,
 )
-from ctxpress.traces import iter_conversations
+from ctxpress.tools.traces import iter_conversations
 
 from .conftest import SettingsFactory
 

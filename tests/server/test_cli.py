@@ -6,10 +6,10 @@ import asyncio
 
 from typer.testing import CliRunner
 
-from ctxpress.cli import app, first_start
-from ctxpress.server.services.auth import TOKEN_PREFIX, AuthService
-from ctxpress.server.services.container import open_database
-from ctxpress.server.settings import Settings
+from ctxpress.app.cli import app, first_start
+from ctxpress.app.server.services.auth import TOKEN_PREFIX, AuthService
+from ctxpress.app.server.services.container import open_database
+from ctxpress.app.server.settings import Settings
 
 from .conftest import SettingsFactory
 

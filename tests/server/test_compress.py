@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
+from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
 from ctxpress.config import CompressionConfig
-from ctxpress.server.services.agents import AgentDefinition, ModelSpec
 from ctxpress.summary.event import is_summary_message
 
 from .conftest import ServerFactory

@@ -26,9 +26,9 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxpress.server.db.engine import Database
-from ctxpress.server.services import locks
-from ctxpress.server.services.locks import LockedConversation
+from ctxpress.app.server.db.engine import Database
+from ctxpress.app.server.services import locks
+from ctxpress.app.server.services.locks import LockedConversation
 
 from .conftest import ServerFactory
 from .helpers import create_conversation, wait_for_status

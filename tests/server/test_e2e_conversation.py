@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
 from ctxpress.config import CompressionConfig
-from ctxpress.server.services.agents import AgentDefinition, ModelSpec
 
 from .conftest import ServerFactory
 from .fakes import (

@@ -10,10 +10,10 @@ from langchain_core.messages import HumanMessage
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from ctxpress.server.db.engine import Database
-from ctxpress.server.db.migrate import alembic_config, upgrade_database
-from ctxpress.server.db.models import Base
-from ctxpress.server.repositories import MessageRepository
+from ctxpress.app.server.db.engine import Database
+from ctxpress.app.server.db.migrate import alembic_config, upgrade_database
+from ctxpress.app.server.db.models import Base
+from ctxpress.app.server.repositories import MessageRepository
 
 from .helpers import add_conversation
 

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from ctxpress.server.app import create_app
-from ctxpress.server.services.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.app import create_app
+from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
 
 from .conftest import ServerFactory, SettingsFactory
 from .fakes import ScriptedChatModel, echo_script

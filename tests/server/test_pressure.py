@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ctxpress.app.server.db.engine import Database
+from ctxpress.app.server.repositories.pressure import PressureRepository
+from ctxpress.app.server.services.pressure import RecordedPressure, pressure_from_event
 from ctxpress.config import TOKENS_PER_K, CompressionConfig
 from ctxpress.pressure import SUGGEST_COMPRESS_RATIO, RequestPressure
-from ctxpress.server.db.engine import Database
-from ctxpress.server.repositories.pressure import PressureRepository
-from ctxpress.server.services.pressure import RecordedPressure, pressure_from_event
 
 from .conftest import ServerFactory
 from .helpers import add_conversation, create_conversation, read_events, send

@@ -6,12 +6,12 @@ import asyncio
 import threading
 from datetime import timedelta
 
-from ctxpress.server.db.models import utcnow
-from ctxpress.server.repositories.runs import RunRepository
-from ctxpress.server.services.agents import AgentDefinition, ModelSpec
-from ctxpress.server.services.container import open_database
-from ctxpress.server.services.locks import conversation_lock
-from ctxpress.server.services.worker import LEASE_EXPIRED_ERROR
+from ctxpress.app.server.db.models import utcnow
+from ctxpress.app.server.repositories.runs import RunRepository
+from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.services.container import open_database
+from ctxpress.app.server.services.locks import conversation_lock
+from ctxpress.app.server.services.worker import LEASE_EXPIRED_ERROR
 
 from .conftest import ServerFactory, SettingsFactory
 from .fakes import ScriptedChatModel, echo_script

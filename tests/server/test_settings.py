@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxpress.server.settings import Settings, default_data_dir, resolve_database_url
+from ctxpress.app.server.settings import Settings, default_data_dir, resolve_database_url
 
 
 def test_environment_and_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

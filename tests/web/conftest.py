@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from ctxpress.server.app import create_app
-from ctxpress.server.settings import Settings
+from ctxpress.app.server.app import create_app
+from ctxpress.app.server.settings import Settings
 from tests.conftest import require_shared_data
 from tests.server.helpers import LiveServer
 

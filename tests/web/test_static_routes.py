@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from ctxpress.server.app import create_app
-from ctxpress.server.routes.web import STATIC_DIR
-from ctxpress.server.settings import Settings
+from ctxpress.app.server.app import create_app
+from ctxpress.app.server.routes.web import STATIC_DIR
+from ctxpress.app.server.settings import Settings
 
 JS_DIR = STATIC_DIR / "js"
 

@@ -1,0 +1,1 @@
+"""Alembic environment and revisions of the service schema (run by `ctxpress.app.server.db.upgrade_database`)."""

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from ctxpress.app.server.db.models import Conversation
+
+
+class ConversationRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def add(self, conversation: Conversation) -> Conversation:
+        self.session.add(conversation)
+        await self.session.flush()
+        return conversation
+
+    async def get(self, conversation_id: str) -> Conversation | None:
+        return await self.session.get(Conversation, conversation_id)
+
+    async def get_owned(self, conversation_id: str, owner_id: str) -> Conversation | None:
+        query = select(Conversation).where(
+            Conversation.id == conversation_id, Conversation.owner_id == owner_id
+        )
+        return (await self.session.execute(query)).scalar_one_or_none()
+
+    async def list_owned(self, owner_id: str, *, before: datetime | None, limit: int) -> list[Conversation]:
+        """Newest first; `before` is the `created_at` of the last item of the previous page."""
+        query = select(Conversation).where(Conversation.owner_id == owner_id)
+        if before is not None:
+            query = query.where(Conversation.created_at < before)
+        query = query.order_by(Conversation.created_at.desc(), Conversation.id.desc()).limit(limit)
+        return list((await self.session.execute(query)).scalars())

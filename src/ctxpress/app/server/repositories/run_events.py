@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from ctxpress.app.server.db.models import RunEvent
+from ctxpress.app.server.serialization import to_jsonable
+
+
+class RunEventRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def append(self, run_id: str, event_type: str, data: dict[str, Any]) -> RunEvent:
+        event = RunEvent(run_id=run_id, type=event_type, data=to_jsonable(data))
+        self.session.add(event)
+        await self.session.flush()
+        return event
+
+    async def after(self, run_id: str, after_id: int, *, limit: int) -> list[RunEvent]:
+        query = (
+            select(RunEvent)
+            .where(RunEvent.run_id == run_id, RunEvent.id > after_id)
+            .order_by(RunEvent.id)
+            .limit(limit)
+        )
+        return list((await self.session.execute(query)).scalars())

@@ -1,0 +1,190 @@
+"""Runs and their queue. Every status change happens while the caller holds the conversation lock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import exists, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
+
+from ctxpress.app.server.db.models import (
+    ACTIVE_RUN_STATUSES,
+    RUN_QUEUED,
+    RUN_RUNNING,
+    RUN_WAITING_INPUT,
+    Conversation,
+    Run,
+    utcnow,
+)
+
+BusyReason = Literal["running", "waiting_input", "queued"]
+
+
+@dataclass(frozen=True)
+class BusyState:
+    """Why a conversation cannot be modified right now (S18: answer `thread_busy`)."""
+
+    reason: BusyReason
+    #: The running or waiting run, if any (a conversation can be busy with queued requests only).
+    active_run_id: str | None
+    queued_runs: int
+
+
+class RunRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def add(
+        self, conversation: Conversation, *, input: dict[str, Any], status: str = RUN_QUEUED
+    ) -> Run:
+        """A new run at the end of the conversation's FIFO (the caller holds the conversation lock)."""
+        run = Run(
+            conversation_id=conversation.id,
+            agent_name=conversation.agent_name,
+            queue_seq=conversation.next_queue_seq,
+            status=status,
+            input=input,
+        )
+        conversation.next_queue_seq += 1
+        conversation.updated_at = utcnow()
+        self.session.add(run)
+        await self.session.flush()
+        return run
+
+    async def get(self, run_id: str) -> Run | None:
+        return await self.session.get(Run, run_id, populate_existing=True)
+
+    async def get_owned(self, run_id: str, owner_id: str) -> Run | None:
+        query = (
+            select(Run)
+            .join(Conversation, Conversation.id == Run.conversation_id)
+            .where(Run.id == run_id, Conversation.owner_id == owner_id)
+        )
+        return (await self.session.execute(query)).scalar_one_or_none()
+
+    async def list_for_conversation(self, conversation_id: str, *, limit: int) -> list[Run]:
+        query = (
+            select(Run)
+            .where(Run.conversation_id == conversation_id)
+            .order_by(Run.queue_seq.desc())
+            .limit(limit)
+        )
+        return list((await self.session.execute(query)).scalars())
+
+    async def busy_state(self, conversation_id: str) -> BusyState | None:
+        query = (
+            select(Run.id, Run.status)
+            .where(Run.conversation_id == conversation_id, Run.status.in_((*ACTIVE_RUN_STATUSES, RUN_QUEUED)))
+            .order_by(Run.queue_seq)
+        )
+        rows = (await self.session.execute(query)).all()
+        active = next((row for row in rows if row.status in ACTIVE_RUN_STATUSES), None)
+        queued = sum(1 for row in rows if row.status == RUN_QUEUED)
+        if active is not None:
+            reason: BusyReason = "running" if active.status == RUN_RUNNING else "waiting_input"
+            return BusyState(reason, active.id, queued)
+        if queued:
+            return BusyState("queued", None, queued)
+        return None
+
+    async def queue_position(self, run: Run) -> int | None:
+        """1 = next to start; `None` when the run is not queued."""
+        if run.status != RUN_QUEUED:
+            return None
+        query = select(func.count()).where(
+            Run.conversation_id == run.conversation_id,
+            Run.status == RUN_QUEUED,
+            Run.queue_seq <= run.queue_seq,
+        )
+        return int((await self.session.execute(query)).scalar_one())
+
+    async def head_of_queue(self, conversation_id: str) -> Run | None:
+        query = (
+            select(Run)
+            .where(Run.conversation_id == conversation_id, Run.status == RUN_QUEUED)
+            .order_by(Run.queue_seq)
+            .limit(1)
+        )
+        return (await self.session.execute(query)).scalar_one_or_none()
+
+    async def ready_conversation_ids(self, *, limit: int) -> list[str]:
+        """Conversations whose queue head can start: queued runs and nothing running or waiting.
+
+        A hint only (no lock): the claimer re-checks under the conversation lock.
+        """
+        active = aliased(Run)
+        oldest_queued = func.min(Run.created_at)
+        query = (
+            select(Run.conversation_id)
+            .where(
+                Run.status == RUN_QUEUED,
+                ~exists().where(
+                    active.conversation_id == Run.conversation_id, active.status.in_(ACTIVE_RUN_STATUSES)
+                ),
+            )
+            .group_by(Run.conversation_id)
+            .order_by(oldest_queued)
+            .limit(limit)
+        )
+        return list((await self.session.execute(query)).scalars())
+
+    async def expired_lease_conversation_ids(self, now: datetime, *, limit: int) -> list[str]:
+        query = (
+            select(Run.conversation_id)
+            .where(Run.status == RUN_RUNNING, Run.lease_expires_at < now)
+            .distinct()
+            .limit(limit)
+        )
+        return list((await self.session.execute(query)).scalars())
+
+    async def expired_leases(self, conversation_id: str, now: datetime) -> list[Run]:
+        query = select(Run).where(
+            Run.conversation_id == conversation_id, Run.status == RUN_RUNNING, Run.lease_expires_at < now
+        )
+        return list((await self.session.execute(query)).scalars())
+
+    async def renew_leases(self, run_ids: list[str], owner: str, until: datetime) -> set[str]:
+        """Extend the leases this worker still holds; returns the ids it still holds."""
+        if not run_ids:
+            return set()
+        statement = (
+            update(Run)
+            .where(Run.id.in_(run_ids), Run.lease_owner == owner, Run.status == RUN_RUNNING)
+            .values(lease_expires_at=until)
+            .returning(Run.id)
+        )
+        return set((await self.session.execute(statement)).scalars())
+
+    async def cancel_requested_ids(self, run_ids: list[str]) -> set[str]:
+        if not run_ids:
+            return set()
+        query = select(Run.id).where(Run.id.in_(run_ids), Run.cancel_requested.is_(True))
+        return set((await self.session.execute(query)).scalars())
+
+    @staticmethod
+    def start(run: Run, owner: str, lease_until: datetime) -> None:
+        run.status = RUN_RUNNING
+        run.lease_owner = owner
+        run.lease_expires_at = lease_until
+        run.attempts += 1
+        run.started_at = run.started_at or utcnow()
+
+    @staticmethod
+    def wait_for_input(run: Run, interrupts: list[dict[str, Any]]) -> None:
+        run.status = RUN_WAITING_INPUT
+        run.interrupts = {"items": interrupts}
+        run.pending_resume = None
+        run.lease_owner = None
+        run.lease_expires_at = None
+
+    @staticmethod
+    def finish(run: Run, status: str, error: str | None = None) -> None:
+        run.status = status
+        run.error = error
+        run.lease_owner = None
+        run.lease_expires_at = None
+        run.pending_resume = None
+        run.finished_at = utcnow()

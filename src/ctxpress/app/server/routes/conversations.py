@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+
+from ctxpress.app.server.db.models import RUN_QUEUED
+from ctxpress.app.server.routes.deps import MAX_ROW_ID, ConversationDep, ServicesDep, UserDep
+from ctxpress.app.server.schemas import (
+    ConversationOut,
+    ConversationPage,
+    ConversationStatus,
+    CreateConversationRequest,
+    CreateRunRequest,
+    ErrorResponse,
+    MessageOut,
+    MessagePage,
+    RunAccepted,
+    RunList,
+    RunOut,
+    StateOut,
+    UsageOut,
+)
+
+router = APIRouter(
+    prefix="/api/conversations",
+    tags=["conversations"],
+    responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
+)
+
+PAGE_LIMIT_MAX = 500
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ConversationOut,
+    responses={400: {"model": ErrorResponse, "description": "No agent of that name (`unknown_agent`)."}},
+)
+async def create_conversation(
+    body: CreateConversationRequest, user: UserDep, services: ServicesDep
+) -> ConversationOut:
+    conversation = await services.conversations.create(user, agent_name=body.agent, title=body.title)
+    return ConversationOut.of(conversation)
+
+
+@router.get("", response_model=ConversationPage)
+async def list_conversations(
+    user: UserDep,
+    services: ServicesDep,
+    before: Annotated[datetime | None, Query(description="`next_before` of the previous page")] = None,
+    limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = 50,
+) -> ConversationPage:
+    items = await services.conversations.list_owned(user, before=before, limit=limit)
+    return ConversationPage(
+        items=[ConversationOut.of(item) for item in items],
+        next_before=items[-1].created_at if len(items) == limit else None,
+    )
+
+
+@router.get("/{conversation_id}", response_model=ConversationOut)
+async def get_conversation(conversation: ConversationDep) -> ConversationOut:
+    return ConversationOut.of(conversation)
+
+
+@router.get("/{conversation_id}/status", response_model=ConversationStatus)
+async def conversation_status(conversation: ConversationDep, services: ServicesDep) -> ConversationStatus:
+    return ConversationStatus.of(conversation.id, await services.runs.busy_state(conversation.id))
+
+
+@router.post(
+    "/{conversation_id}/runs",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=RunAccepted,
+    responses={400: {"model": ErrorResponse}, 413: {"model": ErrorResponse}},
+)
+async def create_run(
+    body: CreateRunRequest, user: UserDep, conversation: ConversationDep, services: ServicesDep
+) -> RunAccepted:
+    """Send a message: the run starts now, or waits FIFO behind the conversation's active run."""
+    intake = await services.runs.submit(user, conversation.id, body.input)
+    return RunAccepted(
+        run=RunOut.of(intake.run),
+        started=intake.started,
+        queued=intake.run.status == RUN_QUEUED,
+        position=intake.position,
+        queued_because=intake.queued_because,
+    )
+
+
+@router.get("/{conversation_id}/runs", response_model=RunList)
+async def list_runs(
+    conversation: ConversationDep,
+    services: ServicesDep,
+    limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = 50,
+) -> RunList:
+    runs = await services.runs.list_for_conversation(conversation.id, limit=limit)
+    return RunList(items=[RunOut.of(run) for run in runs])
+
+
+@router.get("/{conversation_id}/messages", response_model=MessagePage)
+async def list_messages(
+    conversation: ConversationDep,
+    services: ServicesDep,
+    after: Annotated[int, Query(ge=0, le=MAX_ROW_ID, description="`next_after` of the previous page")] = 0,
+    limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = 100,
+) -> MessagePage:
+    """The complete chat record, oldest first: every user, assistant and tool message, never compressed."""
+    messages = await services.conversations.messages(conversation, after=after, limit=limit)
+    return MessagePage(
+        items=[MessageOut.of(message) for message in messages],
+        next_after=messages[-1].id if len(messages) == limit else None,
+    )
+
+
+@router.get("/{conversation_id}/state", response_model=StateOut)
+async def get_state(conversation: ConversationDep, services: ServicesDep) -> StateOut:
+    """The agent state through the agent's compiled graph, including `_summarization_event`."""
+    state = await services.conversations.agent_state(conversation)
+    return StateOut(
+        conversation_id=conversation.id,
+        agent=state.agent,
+        checkpoint_id=state.checkpoint_id,
+        values=state.values,
+        next=state.next,
+        interrupts=state.interrupts,
+    )
+
+
+@router.get("/{conversation_id}/usage", response_model=UsageOut)
+async def get_usage(conversation: ConversationDep, services: ServicesDep) -> UsageOut:
+    return UsageOut.model_validate(await services.usage.summary(conversation.id))

@@ -1,0 +1,48 @@
+"""Dependencies shared by the routers: the services and the authenticated user."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from ctxpress.app.server.db.models import Conversation, User
+from ctxpress.app.server.errors import UnauthorizedError
+from ctxpress.app.server.services.container import Services
+
+#: The largest row id both databases store (BIGINT): larger cursors are rejected with 422/400, never
+#: passed on to the database (where they would fail with a 500).
+MAX_ROW_ID = 2**63 - 1
+
+_bearer = HTTPBearer(auto_error=False, description="A token printed by `ctxpress users create NAME`.")
+
+
+def get_services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+async def current_user(
+    services: ServicesDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> User:
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise UnauthorizedError("send 'Authorization: Bearer <token>'")
+    user = await services.auth.authenticate(credentials.credentials)
+    if user is None:
+        raise UnauthorizedError("the token is not valid")
+    return user
+
+
+UserDep = Annotated[User, Depends(current_user)]
+
+
+async def owned_conversation(conversation_id: str, user: UserDep, services: ServicesDep) -> Conversation:
+    return await services.conversations.get_owned(user, conversation_id)
+
+
+ConversationDep = Annotated[Conversation, Depends(owned_conversation)]

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from ctxpress import __version__
+from ctxpress.app.server.routes.deps import ServicesDep, UserDep
+from ctxpress.app.server.schemas import AgentOut, HealthOut, UserOut
+
+router = APIRouter(prefix="/api", tags=["service"])
+
+
+@router.get("/health", response_model=HealthOut)
+async def health(services: ServicesDep) -> HealthOut:
+    return HealthOut(
+        status="ok",
+        database=services.database.backend,
+        version=__version__,
+        builtin_model_agents=[agent.name for agent in services.agents.all() if agent.builtin_model],
+    )
+
+
+@router.get("/me", response_model=UserOut)
+async def me(user: UserDep) -> UserOut:
+    return UserOut.of(user)
+
+
+@router.get("/agents", response_model=list[AgentOut])
+async def list_agents(services: ServicesDep, user: UserDep) -> list[AgentOut]:
+    return [
+        AgentOut.of(agent, default=agent.name == services.agents.default_name)
+        for agent in services.agents.all()
+    ]

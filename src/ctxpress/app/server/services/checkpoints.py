@@ -1,0 +1,140 @@
+"""LangGraph's checkpointer for the configured database (SQLite file or PostgreSQL pool).
+
+Two additions to LangGraph's own savers, both for long threads:
+
+- `CheckpointSerializer`: stored LangChain messages are rebuilt without validating them again
+  (`checkpoint_serde.py`);
+- `one_checkpoint_read()`: within it, a checkpoint read by this task is read from the database
+  once. Manual compression needs that: `aget_state` reads the latest checkpoint, and
+  `aupdate_state` reads the very same one again before it writes. Under the conversation lock of an
+  idle thread (S18) nothing else can write that thread's checkpoint in between, and any write in the
+  scope (`aput`, `aput_writes`) forgets what was read. Outside the scope -- every run -- reads go to
+  the database as always.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from ctxpress.app.server.services.checkpoint_serde import CheckpointSerializer
+from ctxpress.app.server.settings import DatabaseTarget
+
+POSTGRES_POOL_MAX_SIZE = 10
+
+_ReadKey = tuple[str, str, str | None]
+#: The checkpoints read in the current `one_checkpoint_read()` scope (None: no scope).
+_reads: ContextVar[dict[_ReadKey, CheckpointTuple | None] | None] = ContextVar(
+    "checkpoint_reads", default=None
+)
+
+
+def _read_key(config: RunnableConfig) -> _ReadKey:
+    configurable = config.get("configurable") or {}
+    return (
+        str(configurable.get("thread_id")),
+        str(configurable.get("checkpoint_ns") or ""),
+        configurable.get("checkpoint_id"),
+    )
+
+
+@contextmanager
+def one_checkpoint_read() -> Iterator[None]:
+    """Within this block, each checkpoint this task reads comes from the database once (see the
+    module docstring for when that is safe)."""
+    token = _reads.set({})
+    try:
+        yield
+    finally:
+        _reads.reset(token)
+
+
+class _ScopedReads:
+    """Mixin for a LangGraph async saver: `aget_tuple` answers from the current scope's reads."""
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        reads = _reads.get()
+        if reads is None:
+            return await super().aget_tuple(config)  # type: ignore[misc]
+        key = _read_key(config)
+        if key in reads:
+            return reads[key]
+        found: CheckpointTuple | None = await super().aget_tuple(config)  # type: ignore[misc]
+        reads[key] = found
+        if found is not None:
+            reads[_read_key(found.config)] = found  # the latest one is also asked for by its id
+        return found
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        _forget_reads()
+        return await super().aput(config, checkpoint, metadata, new_versions)  # type: ignore[misc]
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        _forget_reads()
+        await super().aput_writes(config, writes, task_id, task_path)  # type: ignore[misc]
+
+
+def _forget_reads() -> None:
+    reads = _reads.get()
+    if reads is not None:
+        reads.clear()
+
+
+class ServiceSqliteSaver(_ScopedReads, AsyncSqliteSaver):
+    """`AsyncSqliteSaver` with scoped reads."""
+
+
+class ServicePostgresSaver(_ScopedReads, AsyncPostgresSaver):
+    """`AsyncPostgresSaver` with scoped reads."""
+
+
+@asynccontextmanager
+async def open_checkpointer(
+    target: DatabaseTarget,
+) -> AsyncIterator[ServiceSqliteSaver | ServicePostgresSaver]:
+    """Open the checkpointer; the caller runs `setup()` (under the schema lock on PostgreSQL)."""
+    if target.backend == "sqlite":
+        Path(target.checkpoint_target).parent.mkdir(parents=True, exist_ok=True)
+        async with aiosqlite.connect(target.checkpoint_target) as conn:  # as `from_conn_string` does
+            yield ServiceSqliteSaver(conn, serde=CheckpointSerializer())
+        return
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        target.checkpoint_target,
+        min_size=1,
+        max_size=POSTGRES_POOL_MAX_SIZE,
+        # What AsyncPostgresSaver requires of its connections.
+        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        # Like `pool_pre_ping` of the service's own engine: a connection the server dropped (restart,
+        # failover, idle timeout) is replaced at checkout instead of failing the next runs.
+        check=AsyncConnectionPool.check_connection,
+        open=False,
+    )
+    await pool.open(wait=True)
+    try:
+        yield ServicePostgresSaver(pool, serde=CheckpointSerializer())
+    finally:
+        await pool.close()

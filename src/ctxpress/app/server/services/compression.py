@@ -1,0 +1,271 @@
+"""Manual ("active") compression (S17–S19, S28) and the context status panel's figures (S22).
+
+Manual compression is one synchronous maintenance request: no run, no queued request, no run type.
+
+    conversation lock (the one run intake takes, S18)
+      └ busy? → 409 thread_busy (running | waiting_input | queued)
+      └ state ← agent.graph.aget_state                        (the canonical compiled graph, S19;
+                                                              its checkpoint read once, see below)
+      └ workdir handle acquired
+          └ compress_now: L1 view, cutoff, history file + summary (both must succeed, S28)
+        workdir handle released (success or failure)
+      └ agent.graph.aupdate_state({"_summarization_event": …})
+      └ pressure record marked stale (S19)
+    commit; the lock is released — a run submitted meanwhile starts now and reads the new state
+
+Nothing is written when any step before `aupdate_state` fails, so a failure leaves the state and
+the `_summarization_event` exactly as they were.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from ctxpress.app.server.db.engine import Database
+from ctxpress.app.server.db.models import Conversation
+from ctxpress.app.server.errors import BadRequestError, ConflictError, NotFoundError, ServiceError
+from ctxpress.app.server.repositories.pressure import PressureRepository
+from ctxpress.app.server.repositories.runs import BusyState
+from ctxpress.app.server.repositories.usage import UsageRepository
+from ctxpress.app.server.services.agents import (
+    CONTEXT_COMPRESSION,
+    AgentRegistry,
+    AgentRuntime,
+    thread_config,
+)
+from ctxpress.app.server.services.checkpoints import one_checkpoint_read
+from ctxpress.app.server.services.locks import LockedConversation, conversation_lock
+from ctxpress.app.server.services.pressure import (
+    PressureService,
+    RecordedPressure,
+    estimate_next_input,
+    suggests_compression,
+    system_message_of,
+)
+from ctxpress.app.server.services.usage import UsageCollector
+from ctxpress.app.server.services.workdirs import ConversationWorkdirs
+from ctxpress.manual import ManualCompressionError, ManualCompressionResult, compress_now
+from ctxpress.middleware import EVENT_KEY
+from ctxpress.pressure import SUGGEST_COMPRESS_RATIO, RequestPressure
+from ctxpress.summary.event import SummarizationEvent
+
+logger = logging.getLogger(__name__)
+
+FailedPart = Literal["history", "summary", "compaction", "checkpoint"]
+#: The summary model is an upstream service (502); the others are this service's storage (500).
+FAILURE_STATUS: Final[dict[str, int]] = {"summary": 502, "history": 500, "compaction": 500, "checkpoint": 500}
+
+
+class CompressionNotSupportedError(BadRequestError):
+    """The conversation's agent does not declare the `context_compression` capability (S17)."""
+
+    code = "compression_not_supported"
+
+
+class ThreadBusyError(ConflictError):
+    """S18: a running run, a run waiting for user input, or a queued request."""
+
+    code = "thread_busy"
+
+    def __init__(self, busy: BusyState) -> None:
+        super().__init__(
+            f"the conversation is busy ({busy.reason}); compress when it is idle",
+            details={"active_run_id": busy.active_run_id, "queued_runs": busy.queued_runs},
+        )
+        self.reason = busy.reason
+
+
+class CompressionFailedError(ServiceError):
+    """S28: the history file, the summary (or storing the result) failed; nothing was published."""
+
+    code = "compression_failed"
+
+    def __init__(self, part: FailedPart, message: str) -> None:
+        super().__init__(message)
+        self.part = part
+        self.status_code = FAILURE_STATUS[part]
+
+
+@dataclass(frozen=True)
+class CompressionOutcome:
+    conversation_id: str
+    compressed: bool
+    reason: str | None
+    tokens_before: int
+    tokens_after: int
+    event: SummarizationEvent | None
+    #: The checkpoint written by the update (None when nothing was compressed).
+    checkpoint_id: str | None
+
+    @classmethod
+    def of(
+        cls, conversation_id: str, result: ManualCompressionResult, checkpoint_id: str | None = None
+    ) -> CompressionOutcome:
+        return cls(
+            conversation_id=conversation_id,
+            compressed=result.compressed,
+            reason=result.reason,
+            tokens_before=result.tokens_before,
+            tokens_after=result.tokens_after,
+            event=result.event,
+            checkpoint_id=checkpoint_id,
+        )
+
+
+@dataclass(frozen=True)
+class ContextStatus:
+    """What the status panel shows (S22): the next input's estimate, the last record, the summary."""
+
+    conversation_id: str
+    agent: str
+    capability: bool
+    estimate: RequestPressure
+    suggest_compress: bool
+    suggest_ratio: float
+    message_count: int
+    effective_message_count: int
+    recorded: RecordedPressure
+    summary: SummarizationEvent | None
+
+
+class CompressionService:
+    def __init__(
+        self,
+        *,
+        database: Database,
+        agents: AgentRegistry,
+        workdirs: ConversationWorkdirs,
+        pressure: PressureService,
+    ) -> None:
+        self.database = database
+        self.agents = agents
+        self.workdirs = workdirs
+        self.pressure = pressure
+
+    async def compress(self, conversation: Conversation) -> CompressionOutcome:
+        """Compress `conversation` now (the caller checked the user owns it)."""
+        runtime = self._runtime(conversation.agent_name)
+        if not runtime.definition.has_capability(CONTEXT_COMPRESSION):
+            raise CompressionNotSupportedError(
+                f"agent {runtime.name!r} does not support context compression",
+                details={"agent": runtime.name, "capability": CONTEXT_COMPRESSION},
+            )
+        conversation_id = conversation.id
+        # The summary call is a real bill: recorded under "summary" even when compression fails,
+        # in the locked session itself (another connection's insert would wait on the locked row).
+        collector = UsageCollector(
+            main_provider=runtime.main_usage_provider, summary_provider=runtime.summary_usage_provider
+        )
+        refused: ServiceError | None = None
+        async with (
+            self.database.session() as session,
+            conversation_lock(session, conversation_id) as locked,
+        ):
+            try:
+                outcome = await self._compress_locked(runtime, conversation_id, collector, session, locked)
+            except ServiceError as exc:
+                # Busy, or a part failed before anything was written in this session: record the
+                # bill and let the hold end normally, so the lock is released by the one commit
+                # below, never earlier (a rollback here would release the row lock mid-hold).
+                refused = exc
+            except BaseException:
+                await session.rollback()
+                await _record_usage(session, conversation_id, collector)
+                await session.commit()
+                raise
+            await _record_usage(session, conversation_id, collector)
+        if refused is not None:
+            raise refused
+        return outcome
+
+    async def _compress_locked(
+        self,
+        runtime: AgentRuntime,
+        conversation_id: str,
+        collector: UsageCollector,
+        session: AsyncSession,
+        locked: LockedConversation,
+    ) -> CompressionOutcome:
+        # Held from this check until the checkpoint update below (S18).
+        if (busy := await locked.busy_state()) is not None:
+            raise ThreadBusyError(busy)
+        # The thread is idle and locked: nothing else writes its checkpoint until the update, so the
+        # update's own read of the checkpoint reuses the one `aget_state` decoded.
+        with one_checkpoint_read():
+            return await self._compress_idle(runtime, conversation_id, collector, session)
+
+    async def _compress_idle(
+        self, runtime: AgentRuntime, conversation_id: str, collector: UsageCollector, session: AsyncSession
+    ) -> CompressionOutcome:
+        config = thread_config(conversation_id)
+        snapshot = await runtime.graph.aget_state(config)
+        values: dict[str, Any] = dict(snapshot.values or {})
+        with self.workdirs.acquire(conversation_id) as workdir:
+            try:
+                result = await compress_now(
+                    values.get("messages") or [],
+                    values.get(EVENT_KEY),
+                    config=runtime.compression,
+                    workdir=workdir,
+                    summary_model=runtime.summary_model,
+                    system_message=system_message_of(runtime.definition.system_prompt),
+                    tools=runtime.tools,
+                    thread_id=conversation_id,
+                    callbacks=[collector],
+                )
+            except ManualCompressionError as exc:
+                logger.warning("manual compression of %s failed (%s): %s", conversation_id, exc.part, exc)
+                raise CompressionFailedError(exc.part, str(exc)) from exc
+        if not result.compressed or result.event is None:
+            return CompressionOutcome.of(conversation_id, result)
+        try:
+            updated = await runtime.graph.aupdate_state(config, {EVENT_KEY: result.event})
+        except Exception as exc:
+            logger.exception("manual compression of %s: the checkpoint update failed", conversation_id)
+            raise CompressionFailedError(
+                "checkpoint", f"the summary could not be stored in the agent state: {type(exc).__name__}"
+            ) from exc
+        # The recorded figure described a request the state no longer implies (S19).
+        await PressureRepository(session).invalidate(conversation_id)
+        checkpoint_id = (updated or {}).get("configurable", {}).get("checkpoint_id")
+        return CompressionOutcome.of(conversation_id, result, checkpoint_id)
+
+    async def context_status(self, conversation: Conversation) -> ContextStatus:
+        """The panel's figures, from the current state read through the agent's graph (no lock: a snapshot)."""
+        runtime = self._runtime(conversation.agent_name)
+        snapshot = await runtime.graph.aget_state(thread_config(conversation.id))
+        estimate = estimate_next_input(
+            snapshot.values or {},
+            system_prompt=runtime.definition.system_prompt,
+            tools=runtime.tools,
+            config=runtime.compression,
+        )
+        capability = runtime.definition.has_capability(CONTEXT_COMPRESSION)
+        return ContextStatus(
+            conversation_id=conversation.id,
+            agent=runtime.name,
+            capability=capability,
+            estimate=estimate.pressure,
+            suggest_compress=suggests_compression(estimate.pressure, capability=capability),
+            suggest_ratio=SUGGEST_COMPRESS_RATIO,
+            message_count=estimate.message_count,
+            effective_message_count=len(estimate.effective.messages),
+            recorded=await self.pressure.recorded(conversation.id),
+            summary=estimate.effective.event,
+        )
+
+    def _runtime(self, agent_name: str) -> AgentRuntime:
+        runtime = self.agents.get(agent_name)
+        if runtime is None:
+            raise NotFoundError(f"agent {agent_name!r} is not configured any more", code="unknown_agent")
+        return runtime
+
+
+async def _record_usage(session: AsyncSession, conversation_id: str, collector: UsageCollector) -> None:
+    usage = UsageRepository(session)
+    for draft in collector.drain():
+        await usage.add(draft.to_record(conversation_id, None))

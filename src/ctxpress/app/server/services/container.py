@@ -1,0 +1,215 @@
+"""`Services`: every service of one process, wired together, opened and closed with the app.
+
+Routes reach it as `request.app.state.services`. What manual compression (S17–S19) needs of it:
+
+    services: Services = request.app.state.services
+    async with services.database.session() as session:
+        async with conversation_lock(session, conversation_id) as locked:   # same lock as intake
+            if (busy := await locked.busy_state()) is not None:             # running | waiting_input | queued
+                raise ConflictError(f"the conversation is {busy.reason}", code="thread_busy")
+            agent = services.agents.get(locked.conversation.agent_name)     # AgentRuntime
+            config = thread_config(conversation_id)
+            state = await agent.graph.aget_state(config)                     # the canonical compiled graph
+            result = await compress_now(
+                state.values.get("messages", []), state.values.get("_summarization_event"),
+                config=agent.compression, summary_model=agent.summary_model, tools=agent.tools,
+                workdir=services.workdirs.for_conversation(conversation_id), thread_id=conversation_id,
+            )
+            await agent.graph.aupdate_state(config, {"_summarization_event": result.event})
+        # the lock is held from the idle check until here (S18); leaving the block releases it
+
+`services.compression` (services/compression.py) implements exactly this, with the workdir taken
+as a counted handle (`workdirs.acquire`) and the pressure record marked stale afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from ctxpress.app.kb.tools import retrieval_tools
+from ctxpress.app.server.db.engine import Database
+from ctxpress.app.server.db.migrate import schema_change_lock, upgrade_on
+from ctxpress.app.server.knowledge import open_knowledge_base
+from ctxpress.app.server.services.agents import (
+    AgentDefinition,
+    AgentRegistry,
+    default_agent,
+    load_agents_file,
+)
+from ctxpress.app.server.services.auth import AuthService, IssuedToken
+from ctxpress.app.server.services.checkpoints import open_checkpointer
+from ctxpress.app.server.services.compression import CompressionService
+from ctxpress.app.server.services.conversations import ConversationService
+from ctxpress.app.server.services.events import EventLog
+from ctxpress.app.server.services.execution import RunExecutor
+from ctxpress.app.server.services.files import FileService
+from ctxpress.app.server.services.pressure import PressureService
+from ctxpress.app.server.services.runs import RunService
+from ctxpress.app.server.services.usage import UsageService
+from ctxpress.app.server.services.workdirs import ConversationWorkdirs
+from ctxpress.app.server.services.worker import RunWorker, new_worker_id
+from ctxpress.app.server.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+DATA_DIR_MODE = 0o700
+SERVER_LOCK_FILE = "server.lock"
+
+
+class DataDirInUseError(RuntimeError):
+    """Another service process already serves this SQLite data directory."""
+
+
+@dataclass
+class Services:
+    settings: Settings
+    database: Database
+    checkpointer: BaseCheckpointSaver[Any]
+    workdirs: ConversationWorkdirs
+    agents: AgentRegistry
+    auth: AuthService
+    conversations: ConversationService
+    events: EventLog
+    usage: UsageService
+    files: FileService
+    worker: RunWorker
+    runs: RunService
+    #: Manual compression (S17–S19) and the context status panel (S22).
+    compression: CompressionService
+    #: Set when this start created the first user (printed once by `ctxpress serve`).
+    bootstrap_admin: IssuedToken | None = None
+
+
+def agent_definitions(settings: Settings) -> list[AgentDefinition]:
+    if settings.agents_file is None:
+        return [default_agent()]
+    return load_agents_file(settings.agents_file)
+
+
+def prepare_data_dir(settings: Settings) -> None:
+    settings.data_dir.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
+    settings.workdirs_dir.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
+
+
+@asynccontextmanager
+async def open_database(settings: Settings) -> AsyncIterator[Database]:
+    """The database, migrated to the newest schema (also used by the CLI's user commands)."""
+    prepare_data_dir(settings)
+    database = Database(settings.database())
+    try:
+        async with schema_change_lock(database) as connection:
+            await upgrade_on(connection)
+        yield database
+    finally:
+        await database.dispose()
+
+
+@asynccontextmanager
+async def open_services(
+    settings: Settings, agents: Sequence[AgentDefinition] | None = None
+) -> AsyncIterator[Services]:
+    definitions = list(agents) if agents is not None else agent_definitions(settings)
+    async with AsyncExitStack() as stack:
+        prepare_data_dir(settings)
+        target = settings.database()
+        if target.backend == "sqlite":
+            stack.enter_context(_exclusive_server_lock(settings.data_dir))
+        database = Database(target)
+        stack.push_async_callback(database.dispose)
+        checkpointer = await stack.enter_async_context(open_checkpointer(target))
+        async with schema_change_lock(database) as connection:
+            await upgrade_on(connection)
+            await checkpointer.setup()
+
+        workdirs = ConversationWorkdirs(settings.workdirs_dir)
+        # query_kb over the service's knowledge base; web_search when a search API is configured
+        retrieval = retrieval_tools(open_knowledge_base(settings))
+        registry = AgentRegistry(
+            definitions,
+            checkpointer=checkpointer,
+            workdirs=workdirs,
+            extra_tools=retrieval.available,
+            unavailable_tools=retrieval.unavailable,
+        )
+        events = EventLog(database, poll_seconds=min(settings.worker_poll_seconds, 1.0))
+        usage = UsageService(database, excluded_providers=settings.usage_excluded_providers)
+        worker_id = new_worker_id()
+        executor = RunExecutor(
+            database=database,
+            events=events,
+            agents=registry,
+            usage=usage,
+            worker_id=worker_id,
+            recursion_limit=settings.run_recursion_limit,
+            tool_result_preview_chars=settings.tool_result_preview_chars,
+        )
+        worker = RunWorker(
+            database=database,
+            events=events,
+            executor=executor,
+            worker_id=worker_id,
+            max_concurrent_runs=settings.max_concurrent_runs,
+            lease_seconds=settings.run_lease_seconds,
+            poll_seconds=settings.worker_poll_seconds,
+        )
+        services = Services(
+            settings=settings,
+            database=database,
+            checkpointer=checkpointer,
+            workdirs=workdirs,
+            agents=registry,
+            auth=AuthService(database),
+            conversations=ConversationService(database=database, agents=registry, workdirs=workdirs),
+            events=events,
+            usage=usage,
+            files=FileService(workdirs),
+            worker=worker,
+            runs=RunService(
+                database=database, events=events, worker=worker, max_input_chars=settings.max_input_chars
+            ),
+            compression=CompressionService(
+                database=database, agents=registry, workdirs=workdirs, pressure=PressureService(database)
+            ),
+        )
+        await services.conversations.sync_agents()
+        services.bootstrap_admin = await services.auth.ensure_admin()
+        await worker.start()
+        stack.push_async_callback(worker.stop)
+        logger.info("ctxpress service ready (%s, worker %s)", target.backend, worker_id)
+        yield services
+
+
+@contextlib.contextmanager
+def _exclusive_server_lock(data_dir: Path) -> Iterator[None]:
+    """SQLite locks are per process: refuse a second service process on the same data directory."""
+    if sys.platform == "win32":  # no fcntl; the single-process rule is documented instead
+        yield
+        return
+    import fcntl
+
+    handle: IO[str] = open(data_dir / SERVER_LOCK_FILE, "a+")  # noqa: SIM115 - held for the service's life
+    try:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DataDirInUseError(
+                "another ctxpress service is already using this data directory; with SQLite only one "
+                "process may serve it (use PostgreSQL to run several)"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        yield
+    finally:
+        handle.close()

@@ -1,0 +1,283 @@
+"""Executing one run: stream the agent's canonical graph, persist messages, events and usage as they come.
+
+The executor owns a run only while it holds the run's lease (`runs.lease_owner`). Its final status
+change is made under the conversation lock and only if the lease is still its own, so a run the
+recovery sweep already failed is never overwritten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.types import Command, StateSnapshot, StreamMode
+
+from ctxpress.app.server.db.engine import Database
+from ctxpress.app.server.db.models import (
+    RUN_CANCELLED,
+    RUN_FAILED,
+    RUN_RUNNING,
+    RUN_SUCCEEDED,
+    RUN_WAITING_INPUT,
+    Run,
+)
+from ctxpress.app.server.repositories.messages import MessageRepository
+from ctxpress.app.server.repositories.pressure import PressureRepository
+from ctxpress.app.server.repositories.runs import RunRepository
+from ctxpress.app.server.repositories.usage import UsageRepository
+from ctxpress.app.server.serialization import to_jsonable
+from ctxpress.app.server.services import events
+from ctxpress.app.server.services.agents import AgentRegistry, AgentRuntime, thread_config
+from ctxpress.app.server.services.events import EventLog
+from ctxpress.app.server.services.locks import conversation_lock
+from ctxpress.app.server.services.pressure import record_pressure_event
+from ctxpress.app.server.services.stream_mapping import MappedItem, RecordedMessage, StreamMapper
+from ctxpress.app.server.services.usage import UsageCollector, UsageService
+
+logger = logging.getLogger(__name__)
+
+STREAM_MODES: Final[list[StreamMode]] = ["messages", "updates", "custom"]
+MAX_ERROR_CHARS = 2000
+UNANSWERED_TOOL_CALL = "（用户没有回答，该请求已取消 · the user did not answer; the request was cancelled）"
+
+StopReason = Literal["cancelled", "shutdown", "lease_lost"]
+
+
+@dataclass
+class ActiveRun:
+    """A run executing in this process."""
+
+    run_id: str
+    conversation_id: str
+    task: asyncio.Task[None] | None = None
+    #: Why the task is being cancelled; None while it runs normally.
+    stop_reason: StopReason | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    error: str | None = None
+    interrupts: list[dict[str, Any]] = field(default_factory=list)
+
+
+class RunExecutor:
+    def __init__(
+        self,
+        *,
+        database: Database,
+        events: EventLog,
+        agents: AgentRegistry,
+        usage: UsageService,
+        worker_id: str,
+        recursion_limit: int,
+        tool_result_preview_chars: int,
+    ) -> None:
+        self.database = database
+        self.events = events
+        self.agents = agents
+        self.usage = usage
+        self.worker_id = worker_id
+        self.recursion_limit = recursion_limit
+        self.tool_result_preview_chars = tool_result_preview_chars
+
+    async def execute(self, active: ActiveRun) -> None:
+        async with self.database.session() as session:
+            run = await RunRepository(session).get(active.run_id)
+        if run is None or run.status != RUN_RUNNING or run.lease_owner != self.worker_id:
+            return
+        runtime = self.agents.get(run.agent_name)
+        if runtime is None:
+            await self._finish(
+                run, Outcome(RUN_FAILED, f"agent {run.agent_name!r} is not configured in this service")
+            )
+            return
+        collector = UsageCollector(
+            main_provider=runtime.main_usage_provider, summary_provider=runtime.summary_usage_provider
+        )
+        config: RunnableConfig = {
+            **thread_config(run.conversation_id),
+            "callbacks": [collector],
+            "recursion_limit": self.recursion_limit,
+            "metadata": {"ctxpress_run_id": run.id},
+        }
+        try:
+            outcome = await self._stream(run, runtime, config, collector)
+        except asyncio.CancelledError:
+            # The worker cancelled this task on purpose (and says why); finish the bookkeeping normally.
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            if active.stop_reason == "lease_lost":
+                logger.warning(
+                    "run %s: lease lost to another worker; stopped without a status change", run.id
+                )
+                return
+            if active.stop_reason == "cancelled":
+                outcome = Outcome(RUN_CANCELLED)
+            else:
+                outcome = Outcome(RUN_FAILED, "the service stopped while the run was executing")
+        except Exception as exc:
+            logger.exception("run %s failed", run.id)
+            outcome = Outcome(RUN_FAILED, _describe_error(exc))
+        try:
+            await self._record_usage(run, collector)
+        except Exception:
+            logger.exception("run %s: usage could not be recorded", run.id)
+        await self._finish(run, outcome)
+
+    async def _stream(
+        self, run: Run, runtime: AgentRuntime, config: RunnableConfig, collector: UsageCollector
+    ) -> Outcome:
+        mapper = StreamMapper(tool_result_preview_chars=self.tool_result_preview_chars)
+        graph_input = await self._start(run, runtime, mapper)
+        async for namespace, mode, data in runtime.graph.astream(
+            graph_input, config, stream_mode=STREAM_MODES, subgraphs=True
+        ):
+            for item in mapper.map(tuple(namespace), str(mode), data):
+                await self._publish(run, item)
+            if mode == "updates":
+                # After the node's messages, so `usage` follows the `message` it belongs to.
+                await self._record_usage(run, collector)
+        state = await runtime.graph.aget_state(thread_config(run.conversation_id))
+        interrupts = [{"id": pending.id, "value": to_jsonable(pending.value)} for pending in state.interrupts]
+        return Outcome(RUN_WAITING_INPUT, interrupts=interrupts) if interrupts else Outcome(RUN_SUCCEEDED)
+
+    async def _start(self, run: Run, runtime: AgentRuntime, mapper: StreamMapper) -> Any:
+        """The graph input; records the user's message and announces `run_started`, atomically."""
+        started = {
+            "run_id": run.id,
+            "conversation_id": run.conversation_id,
+            "agent": runtime.name,
+            "model": runtime.definition.model.label,
+            "builtin_model": runtime.builtin_model,
+            "notice": runtime.notice,
+            "resumed": run.pending_resume is not None,
+            "attempt": run.attempts,
+        }
+        if run.pending_resume is not None:
+            await self.events.emit(run.id, events.RUN_STARTED, started)
+            interrupt_id = run.pending_resume.get("interrupt_id")
+            value = run.pending_resume.get("value")
+            return Command(resume={interrupt_id: value} if interrupt_id else value)
+
+        state = await runtime.graph.aget_state(thread_config(run.conversation_id))
+        history: list[BaseMessage] = list((state.values or {}).get("messages", []))
+        mapper.mark_seen(message.id for message in history)
+        # A process that died after a step finished but before its checkpoint was saved leaves the
+        # step's messages as pending writes: the state shows them, but the graph drops them when new
+        # input arrives. Decide on what the graph keeps, and give lost tool results back.
+        lost = _written_by_unsaved_steps(state)
+        lost_ids = {message.id for message in lost}
+        kept = [message for message in history if message.id not in lost_ids]
+        lost_results = {m.tool_call_id: m for m in lost if isinstance(m, ToolMessage)}
+        # A run cancelled while waiting for an answer (or killed mid-step) leaves tool calls without
+        # results, which most providers reject; answer them before the new message.
+        patches: list[BaseMessage] = [
+            lost_results.get(call_id)
+            or ToolMessage(
+                content=UNANSWERED_TOOL_CALL, tool_call_id=call_id, name=name, id=str(uuid.uuid4())
+            )
+            for call_id, name in _unanswered_tool_calls(kept)
+        ]
+        user_message = HumanMessage(content=run.input["text"], id=run.input["message_id"])
+        async with self.database.session() as session:
+            await self.events.append(session, run.id, events.RUN_STARTED, started)
+            messages = MessageRepository(session)
+            for patch in patches:
+                if await messages.append(run.conversation_id, run.id, patch) is not None:
+                    for event in mapper.message_events(patch):
+                        await self.events.append(session, run.id, event.type, event.data)
+            await messages.append(run.conversation_id, run.id, user_message)
+            await session.commit()
+        return {"messages": [*patches, user_message]}
+
+    async def _publish(self, run: Run, item: MappedItem) -> None:
+        async with self.database.session() as session:
+            if isinstance(item, RecordedMessage):
+                record = await MessageRepository(session).append(run.conversation_id, run.id, item.message)
+                if record is None:
+                    return  # already in the chat record (and announced) earlier
+                for event in item.events:
+                    await self.events.append(
+                        session, run.id, event.type, {**event.data, "record_id": record.id}
+                    )
+            else:
+                await self.events.append(session, run.id, item.type, item.data)
+                if item.type == events.CONTEXT_PRESSURE:
+                    # The status panel's record of the last main-model request (S22), with its event.
+                    await record_pressure_event(
+                        PressureRepository(session), run.conversation_id, run.id, item.data
+                    )
+            await session.commit()
+
+    async def _record_usage(self, run: Run, collector: UsageCollector) -> None:
+        drafts = collector.drain()
+        if not drafts:
+            return
+        async with self.database.session() as session:
+            usage = UsageRepository(session)
+            for draft in drafts:
+                await usage.add(draft.to_record(run.conversation_id, run.id))
+                await self.events.append(session, run.id, events.USAGE, self.usage.event_data(draft))
+            await session.commit()
+
+    async def _finish(self, run: Run, outcome: Outcome) -> None:
+        async with self.database.session() as session, conversation_lock(session, run.conversation_id):
+            runs = RunRepository(session)
+            current = await runs.get(run.id)
+            if current is None or current.status != RUN_RUNNING or current.lease_owner != self.worker_id:
+                logger.warning("run %s: no longer held by this worker; result discarded", run.id)
+                return
+            if outcome.status == RUN_WAITING_INPUT:
+                runs.wait_for_input(current, outcome.interrupts)
+                for pending in outcome.interrupts:
+                    await self.events.append(
+                        session,
+                        run.id,
+                        events.INTERRUPT,
+                        {"interrupt_id": pending["id"], "value": pending["value"]},
+                    )
+                return
+            if outcome.error:
+                await self.events.append(session, run.id, events.ERROR, {"message": outcome.error})
+            runs.finish(current, outcome.status, outcome.error)
+            await self.events.append(
+                session, run.id, events.RUN_FINISHED, {"status": outcome.status, "error": outcome.error}
+            )
+
+
+def _written_by_unsaved_steps(state: StateSnapshot) -> list[BaseMessage]:
+    """Messages of finished tasks whose step has no checkpoint yet (only after a crash)."""
+    found: list[BaseMessage] = []
+    for task in state.tasks:
+        result = task.result
+        if not isinstance(result, dict):
+            continue
+        written = result.get("messages", [])
+        for item in written if isinstance(written, list) else [written]:
+            if isinstance(item, BaseMessage):
+                found.append(item)
+    return found
+
+
+def _unanswered_tool_calls(history: list[BaseMessage]) -> list[tuple[str, str]]:
+    answered = {message.tool_call_id for message in history if isinstance(message, ToolMessage)}
+    unanswered: list[tuple[str, str]] = []
+    for message in history:
+        if isinstance(message, AIMessage):
+            for call in message.tool_calls:
+                call_id = call.get("id")
+                if call_id and call_id not in answered:
+                    unanswered.append((call_id, call["name"]))
+    return unanswered
+
+
+def _describe_error(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + "…"

@@ -1,0 +1,32 @@
+"""Read-only access to a conversation's workdir for its owner (S24, S25)."""
+
+from __future__ import annotations
+
+from ctxpress.app.server.errors import BadRequestError, NotFoundError, PayloadTooLargeError
+from ctxpress.app.server.services.workdirs import ConversationWorkdirs
+from ctxpress.workdir import WorkdirFile, WorkdirNotFoundError, WorkdirPathError
+
+MAX_FILE_BYTES = 50 * 1024 * 1024
+
+
+class FileService:
+    def __init__(self, workdirs: ConversationWorkdirs) -> None:
+        self.workdirs = workdirs
+
+    def list(self, conversation_id: str, prefix: str = "") -> list[WorkdirFile]:
+        try:
+            return self.workdirs.for_conversation(conversation_id).list_files(prefix)
+        except WorkdirPathError as exc:
+            raise BadRequestError(str(exc), code="invalid_path") from None
+
+    def read(self, conversation_id: str, path: str) -> bytes:
+        workdir = self.workdirs.for_conversation(conversation_id)
+        try:
+            data = workdir.read_bytes(path)
+        except WorkdirPathError as exc:
+            raise BadRequestError(str(exc), code="invalid_path") from None
+        except WorkdirNotFoundError:
+            raise NotFoundError("no such file in the conversation's workdir") from None
+        if len(data) > MAX_FILE_BYTES:
+            raise PayloadTooLargeError(f"the file is larger than {MAX_FILE_BYTES} bytes")
+        return data

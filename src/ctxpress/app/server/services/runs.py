@@ -1,0 +1,181 @@
+"""Run intake (S18, intake side), resume and cancel. Each takes the conversation lock (see `locks.py`)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from ctxpress.app.server.db.engine import Database
+from ctxpress.app.server.db.models import (
+    RUN_CANCELLED,
+    RUN_QUEUED,
+    RUN_RUNNING,
+    RUN_WAITING_INPUT,
+    TERMINAL_RUN_STATUSES,
+    Run,
+    User,
+)
+from ctxpress.app.server.errors import BadRequestError, ConflictError, NotFoundError
+from ctxpress.app.server.repositories.conversations import ConversationRepository
+from ctxpress.app.server.repositories.runs import BusyState, RunRepository
+from ctxpress.app.server.services import events
+from ctxpress.app.server.services.events import EventLog
+from ctxpress.app.server.services.locks import conversation_lock
+from ctxpress.app.server.services.worker import RunWorker
+
+WORKERS_BUSY = "workers_busy"
+
+
+@dataclass(frozen=True)
+class Intake:
+    """The answer to a new message: started at once, or queued (and why)."""
+
+    run: Run
+    started: bool
+    #: 1-based place in the conversation's queue when queued.
+    position: int | None
+    #: "running" | "waiting_input" | "queued" (conversation busy) or "workers_busy" (no free slot).
+    queued_because: str | None
+
+
+class RunService:
+    def __init__(
+        self, *, database: Database, events: EventLog, worker: RunWorker, max_input_chars: int
+    ) -> None:
+        self.database = database
+        self.events = events
+        self.worker = worker
+        self.max_input_chars = max_input_chars
+
+    async def submit(self, user: User, conversation_id: str, text: str) -> Intake:
+        """Start a run for the user's message, or queue it FIFO behind the conversation's active run."""
+        if len(text) > self.max_input_chars:
+            raise BadRequestError(
+                f"input is longer than {self.max_input_chars} characters", code="input_too_long"
+            )
+        async with self.database.session() as session:
+            if await ConversationRepository(session).get_owned(conversation_id, user.id) is None:
+                raise NotFoundError("conversation not found")
+            # Hand the connection back before waiting for the lock: on SQLite the lock is an
+            # asyncio.Lock, and waiters holding pool connections starve the holder (pool deadlock).
+            await session.rollback()
+            slot_reserved = False
+            try:
+                async with conversation_lock(session, conversation_id) as locked:
+                    busy = await locked.busy_state()
+                    runs = RunRepository(session)
+                    run = await runs.add(
+                        locked.conversation, input={"text": text, "message_id": str(uuid.uuid4())}
+                    )
+                    slot_reserved = busy is None and self.worker.reserve_slot()
+                    position = None
+                    queued_because = None
+                    if slot_reserved:
+                        runs.start(run, self.worker.worker_id, self.worker.lease_deadline())
+                    else:
+                        position = await runs.queue_position(run)
+                        queued_because = busy.reason if busy else WORKERS_BUSY
+                        await self.events.append(
+                            session,
+                            run.id,
+                            events.RUN_QUEUED_EVENT,
+                            {"position": position, "reason": queued_because},
+                        )
+            except BaseException:
+                if slot_reserved:
+                    self.worker.release_slot()
+                raise
+        if slot_reserved:
+            self.worker.launch(run.id, conversation_id)
+        else:
+            self.worker.nudge()
+        return Intake(run, slot_reserved, position, queued_because)
+
+    async def resume(self, user: User, run_id: str, value: Any, interrupt_id: str | None) -> Run:
+        """Answer the interrupt(s) of a run in `waiting_input`; it continues where it stopped."""
+        run = await self.get_owned(user, run_id)
+        async with self.database.session() as session:
+            slot_reserved = False
+            try:
+                async with conversation_lock(session, run.conversation_id):
+                    runs = RunRepository(session)
+                    current = await runs.get(run_id)
+                    if current is None:
+                        raise NotFoundError("run not found")
+                    if current.status != RUN_WAITING_INPUT:
+                        raise ConflictError(
+                            f"the run is {current.status}, not waiting for input", code="run_not_waiting"
+                        )
+                    pending_ids = [item["id"] for item in (current.interrupts or {}).get("items", [])]
+                    if interrupt_id is not None and interrupt_id not in pending_ids:
+                        raise ConflictError(
+                            "the run has no pending interrupt with that id", code="unknown_interrupt"
+                        )
+                    if interrupt_id is None and len(pending_ids) > 1:
+                        raise ConflictError(
+                            "the run waits for several answers; give interrupt_id",
+                            code="interrupt_id_required",
+                            details={"pending": pending_ids},
+                        )
+                    current.pending_resume = {"value": value, "interrupt_id": interrupt_id}
+                    current.interrupts = None
+                    slot_reserved = self.worker.reserve_slot()
+                    if slot_reserved:
+                        runs.start(current, self.worker.worker_id, self.worker.lease_deadline())
+                    else:
+                        current.status = RUN_QUEUED  # still first of its conversation's queue
+                    run = current
+            except BaseException:
+                if slot_reserved:
+                    self.worker.release_slot()
+                raise
+        if slot_reserved:
+            self.worker.launch(run.id, run.conversation_id)
+        else:
+            self.worker.nudge()
+        return run
+
+    async def cancel(self, user: User, run_id: str) -> Run:
+        """Queued and waiting runs end at once; a running run is stopped by the worker executing it."""
+        run = await self.get_owned(user, run_id)
+        async with self.database.session() as session, conversation_lock(session, run.conversation_id):
+            runs = RunRepository(session)
+            current = await runs.get(run_id)
+            if current is None:
+                raise NotFoundError("run not found")
+            if current.status in TERMINAL_RUN_STATUSES:
+                raise ConflictError(f"the run already {current.status}", code="run_finished")
+            if current.status == RUN_RUNNING:
+                current.cancel_requested = True
+            else:
+                runs.finish(current, RUN_CANCELLED)
+                await self.events.append(
+                    session, run_id, events.RUN_FINISHED, {"status": RUN_CANCELLED, "error": None}
+                )
+            run = current
+        if run.status == RUN_RUNNING:
+            # Executing here: stop it now. Elsewhere: its worker sees the flag at its next heartbeat.
+            self.worker.cancel_local(run_id)
+        self.worker.nudge()
+        return run
+
+    async def get_owned(self, user: User, run_id: str) -> Run:
+        async with self.database.session() as session:
+            run = await RunRepository(session).get_owned(run_id, user.id)
+        if run is None:
+            raise NotFoundError("run not found")
+        return run
+
+    async def queue_position(self, run: Run) -> int | None:
+        async with self.database.session() as session:
+            return await RunRepository(session).queue_position(run)
+
+    async def list_for_conversation(self, conversation_id: str, *, limit: int) -> list[Run]:
+        async with self.database.session() as session:
+            return await RunRepository(session).list_for_conversation(conversation_id, limit=limit)
+
+    async def busy_state(self, conversation_id: str) -> BusyState | None:
+        """A snapshot without the lock (for status displays; decisions must take the lock)."""
+        async with self.database.session() as session:
+            return await RunRepository(session).busy_state(conversation_id)

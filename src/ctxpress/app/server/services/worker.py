@@ -1,0 +1,256 @@
+"""Background execution of runs inside the service process, with leases so a crash strands nothing.
+
+- Claiming: intake starts a run directly when its conversation is idle and this process has a free
+  slot. Everything else waits as `queued`; the poll loop (woken on every local change, and every
+  `poll_seconds` for other processes' changes) finds conversations whose queue head may start and
+  claims it under `try_conversation_lock` — on PostgreSQL `SELECT … FOR UPDATE SKIP LOCKED`, so
+  several service processes share one queue without waiting on each other.
+- Leases: a claimed run is `running` with `lease_owner` = this worker and `lease_expires_at`. The
+  heartbeat renews the leases of the runs executing here every `lease_seconds / 3` and notices
+  `cancel_requested` flags set by any process.
+- Recovery: at start and on every poll, a `running` run whose lease expired (its process died) is
+  failed with an `error` event, which frees its conversation's queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from datetime import datetime, timedelta
+
+from ctxpress.app.server.db.engine import Database
+from ctxpress.app.server.db.models import RUN_FAILED, utcnow
+from ctxpress.app.server.repositories.runs import RunRepository
+from ctxpress.app.server.services import events
+from ctxpress.app.server.services.events import EventLog
+from ctxpress.app.server.services.execution import ActiveRun, RunExecutor
+from ctxpress.app.server.services.locks import try_conversation_lock
+
+logger = logging.getLogger(__name__)
+
+LEASE_EXPIRED_ERROR = (
+    "the worker executing this run stopped before it finished (its lease expired); send the message again"
+)
+RECOVERY_BATCH = 100
+SHUTDOWN_GRACE_SECONDS = 10.0
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class RunWorker:
+    def __init__(
+        self,
+        *,
+        database: Database,
+        events: EventLog,
+        executor: RunExecutor,
+        worker_id: str,
+        max_concurrent_runs: int,
+        lease_seconds: float,
+        poll_seconds: float,
+    ) -> None:
+        self.database = database
+        self.events = events
+        self.executor = executor
+        self.worker_id = worker_id
+        self.max_concurrent_runs = max_concurrent_runs
+        self.lease_seconds = lease_seconds
+        self.poll_seconds = poll_seconds
+        self._active: dict[str, ActiveRun] = {}
+        self._reserved_slots = 0
+        self._wakeup = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+        self._stopping = False
+
+    # --- slots and launching -------------------------------------------------------------------
+
+    def lease_deadline(self) -> datetime:
+        return utcnow() + timedelta(seconds=self.lease_seconds)
+
+    def reserve_slot(self) -> bool:
+        """Book capacity before claiming a run (claim and launch are separated by a commit)."""
+        if self._stopping or len(self._active) + self._reserved_slots >= self.max_concurrent_runs:
+            return False
+        self._reserved_slots += 1
+        return True
+
+    def release_slot(self) -> None:
+        self._reserved_slots -= 1
+
+    def launch(self, run_id: str, conversation_id: str) -> None:
+        """Execute a run this worker has claimed (consumes a reserved slot)."""
+        self._reserved_slots -= 1
+        active = ActiveRun(run_id, conversation_id)
+        self._active[run_id] = active
+        active.task = asyncio.create_task(self._execute(active), name=f"ctxpress-run-{run_id}")
+
+    async def _execute(self, active: ActiveRun) -> None:
+        try:
+            await self.executor.execute(active)
+        except asyncio.CancelledError:
+            pass  # the executor already recorded what it could; the task ends here
+        except Exception:
+            logger.exception("run %s: executor crashed", active.run_id)
+        finally:
+            self._active.pop(active.run_id, None)
+            self.nudge()
+
+    def nudge(self) -> None:
+        """Look at the queue now (a run finished, a request was queued, a run was resumed)."""
+        self._wakeup.set()
+
+    def cancel_local(self, run_id: str) -> bool:
+        active = self._active.get(run_id)
+        if active is None or active.task is None:
+            return False
+        active.stop_reason = active.stop_reason or "cancelled"
+        active.task.cancel()
+        return True
+
+    @property
+    def active_run_ids(self) -> list[str]:
+        return list(self._active)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.recover_expired_leases()
+        self._loops = [
+            asyncio.create_task(self._poll_loop(), name="ctxpress-worker-poll"),
+            asyncio.create_task(self._heartbeat_loop(), name="ctxpress-worker-heartbeat"),
+        ]
+        self.nudge()
+
+    async def stop(self) -> None:
+        """Stop claiming; runs still executing are failed ("the service stopped") and awaited."""
+        self._stopping = True
+        for loop in self._loops:
+            loop.cancel()
+        for active in list(self._active.values()):
+            active.stop_reason = active.stop_reason or "shutdown"
+            if active.task is not None:
+                active.task.cancel()
+        pending = [
+            task for task in (*self._loops, *(a.task for a in self._active.values())) if task is not None
+        ]
+        if pending:
+            await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_SECONDS)
+
+    async def _poll_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout=self.poll_seconds)
+            self._wakeup.clear()
+            try:
+                await self.recover_expired_leases()
+                await self.claim_ready_runs()
+            except Exception:
+                logger.exception("worker poll failed; retrying in %.1f s", self.poll_seconds)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_seconds / 3)
+            try:
+                await self.heartbeat()
+            except Exception:
+                logger.exception("lease heartbeat failed")
+
+    # --- queue, leases, recovery ------------------------------------------------------------------
+
+    async def claim_ready_runs(self) -> int:
+        """Start queue heads of idle conversations while this process has free slots."""
+        free = self.max_concurrent_runs - len(self._active) - self._reserved_slots
+        if free <= 0 or self._stopping:
+            return 0
+        async with self.database.session() as session:
+            candidates = await RunRepository(session).ready_conversation_ids(limit=free * 2)
+        started = 0
+        for conversation_id in candidates:
+            if not self.reserve_slot():
+                break
+            try:
+                run_id = await self._claim_queue_head(conversation_id)
+            except BaseException:
+                self.release_slot()
+                raise
+            if run_id is None:
+                self.release_slot()
+                continue
+            self.launch(run_id, conversation_id)
+            started += 1
+        return started
+
+    async def _claim_queue_head(self, conversation_id: str) -> str | None:
+        async with (
+            self.database.session() as session,
+            try_conversation_lock(session, conversation_id) as locked,
+        ):
+            if locked is None:
+                return None  # another worker holds it right now; it will be looked at again
+            busy = await locked.busy_state()
+            if busy is None or busy.reason != "queued":
+                return None
+            runs = RunRepository(session)
+            head = await runs.head_of_queue(conversation_id)
+            if head is None:
+                return None
+            runs.start(head, self.worker_id, self.lease_deadline())
+            return head.id
+
+    async def heartbeat(self) -> None:
+        run_ids = list(self._active)
+        if not run_ids:
+            return
+        async with self.database.session() as session:
+            runs = RunRepository(session)
+            held = await runs.renew_leases(run_ids, self.worker_id, self.lease_deadline())
+            cancel_requested = await runs.cancel_requested_ids(run_ids)
+            await session.commit()
+        for run_id in run_ids:
+            active = self._active.get(run_id)
+            if active is None or active.task is None or active.stop_reason is not None:
+                continue
+            if run_id not in held:
+                # Someone else changed the run (the recovery sweep of another process after a stall).
+                active.stop_reason = "lease_lost"
+                active.task.cancel()
+            elif run_id in cancel_requested:
+                active.stop_reason = "cancelled"
+                active.task.cancel()
+
+    async def recover_expired_leases(self) -> int:
+        async with self.database.session() as session:
+            conversation_ids = await RunRepository(session).expired_lease_conversation_ids(
+                utcnow(), limit=RECOVERY_BATCH
+            )
+        recovered = 0
+        for conversation_id in conversation_ids:
+            async with (
+                self.database.session() as session,
+                try_conversation_lock(session, conversation_id) as locked,
+            ):
+                if locked is None:
+                    continue
+                runs = RunRepository(session)
+                for run in await runs.expired_leases(conversation_id, utcnow()):
+                    if run.id in self._active:
+                        continue  # executing here; the heartbeat was late, not the worker dead
+                    logger.warning("run %s: lease of %s expired; marking it failed", run.id, run.lease_owner)
+                    await self.events.append(session, run.id, events.ERROR, {"message": LEASE_EXPIRED_ERROR})
+                    runs.finish(run, RUN_FAILED, LEASE_EXPIRED_ERROR)
+                    await self.events.append(
+                        session,
+                        run.id,
+                        events.RUN_FINISHED,
+                        {"status": RUN_FAILED, "error": LEASE_EXPIRED_ERROR},
+                    )
+                    recovered += 1
+        if recovered:
+            self.nudge()
+        return recovered

@@ -1,7 +1,0 @@
-"""Thin FastAPI routers: parse, check ownership through the services, shape the response."""
-
-from ctxpress.server.routes import compression, conversations, files, meta, runs
-
-ROUTERS = (meta.router, conversations.router, runs.router, files.router, compression.router)
-
-__all__ = ["ROUTERS"]
