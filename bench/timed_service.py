@@ -47,9 +47,9 @@ from ctxpress.app.models import BuiltinChatModel
 from ctxpress.app.models.builtin import is_summary_call
 from ctxpress.app.server.app import create_app
 from ctxpress.app.server.repositories.pressure import PressureRepository
-from ctxpress.app.server.services import compression
-from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec, default_agent
+from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec, default_agent
 from ctxpress.app.server.settings import Settings
+from ctxpress.app.server.usecases import compression
 
 TIMINGS_ENV = "CTXPRESS_BENCH_TIMINGS"
 PROFILE_ENV = "CTXPRESS_BENCH_PROFILE"

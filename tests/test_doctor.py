@@ -23,8 +23,8 @@ from ctxpress.app.models import BUILTIN_LABEL
 from ctxpress.app.server.db.models import RUN_FAILED, RUN_RUNNING, Conversation
 from ctxpress.app.server.repositories.messages import MessageRepository
 from ctxpress.app.server.repositories.runs import RunRepository
-from ctxpress.app.server.services import events
-from ctxpress.app.server.services.agents import load_agents_file
+from ctxpress.app.server.runtime import events
+from ctxpress.app.server.runtime.agents import load_agents_file
 from ctxpress.app.server.settings import Settings
 from tests.conftest import require_shared_data
 from tests.server.conftest import (

@@ -23,13 +23,13 @@ from ctxpress.app.kb.web_search import (
     web_search_status,
 )
 from ctxpress.app.server.knowledge import open_knowledge_base
-from ctxpress.app.server.services.agents import (
+from ctxpress.app.server.runtime.agents import (
     AgentConfigError,
     AgentDefinition,
     AgentRegistry,
     default_agent,
 )
-from ctxpress.app.server.services.workdirs import ConversationWorkdirs
+from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.app.server.settings import Settings
 from ctxpress.compaction.retrieval_preview import retrieval_preview
 from tests.conftest import require_shared_data

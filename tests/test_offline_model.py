@@ -27,14 +27,14 @@ from ctxpress.app.kb.tools import query_kb_tool
 from ctxpress.app.models import BUILTIN_LABEL, BuiltinChatModel
 from ctxpress.app.models.intents import parse_intent
 from ctxpress.app.models.language import detect_language
-from ctxpress.app.server.services.agents import (
+from ctxpress.app.server.runtime.agents import (
     AgentConfigError,
     AgentDefinition,
     AgentRegistry,
     default_agent,
 )
-from ctxpress.app.server.services.tools import ask_user, workdir_tools
-from ctxpress.app.server.services.workdirs import ConversationWorkdirs
+from ctxpress.app.server.runtime.tools import ask_user, workdir_tools
+from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.compaction import CompactionCache
 from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.summary.event import SUMMARY_MARKER

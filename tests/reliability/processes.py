@@ -14,9 +14,9 @@ from pathlib import Path
 
 import httpx
 
-from ctxpress.app.server.services.auth import AuthService
-from ctxpress.app.server.services.container import open_database
+from ctxpress.app.server.runtime.container import open_database
 from ctxpress.app.server.settings import Settings
+from ctxpress.app.server.usecases.auth import AuthService
 from tests.conftest import REPO_ROOT
 from tests.server.helpers import free_port
 

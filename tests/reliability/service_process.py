@@ -37,7 +37,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
 
 from ctxpress.app.server.app import create_app
-from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec
 from ctxpress.app.server.settings import Settings
 from ctxpress.summary.event import is_summary_message
 from ctxpress.workdir import LocalWorkdir
@@ -46,6 +46,8 @@ from tests.server.fakes import ScriptedChatModel, new_call_id, report_text, repo
 from .support import COMPRESSION
 
 PAUSE_SECONDS = 600.0
+#: The service code whose functions a lock trace names as the lock's taker.
+SERVICE_PACKAGES = ("ctxpress.app.server.usecases", "ctxpress.app.server.runtime")
 #: Set by `main`: where the test arms points and this process reports reaching them.
 CONTROL = Path(".")
 _seen_summaries: set[str] = set()
@@ -144,7 +146,7 @@ def agent() -> AgentDefinition:
 
 def trace_locks(trace_file: str) -> None:
     """Wrap the one function behind every conversation lock (`locks._hold`) to log its holds."""
-    from ctxpress.app.server.services import locks
+    from ctxpress.app.server.runtime import locks
 
     original = locks._hold
     fd = os.open(trace_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -159,7 +161,7 @@ def trace_locks(trace_file: str) -> None:
         frame: Any = sys._getframe(2)
         while frame is not None:
             module = frame.f_globals.get("__name__", "")
-            if module.startswith("ctxpress.app.server.services") and not module.endswith(".locks"):
+            if module.startswith(SERVICE_PACKAGES) and not module.endswith(".locks"):
                 return f"{module.rsplit('.', 1)[-1]}.{frame.f_code.co_name}"
             frame = frame.f_back
         return "?"

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict
 
-from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec
 from ctxpress.app.server.settings import Settings
 from ctxpress.compaction.content import content_text
 from ctxpress.compaction.markers import parse_offload_reference

@@ -20,7 +20,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langgraph.checkpoint.memory import InMemorySaver
 
 from ctxpress import CompressionConfig, ContextCompressionMiddleware, LocalWorkdir
-from ctxpress.app.server.services import agents as agents_module
+from ctxpress.app.server.runtime import agents as agents_module
 from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.summary.event import is_summary_message
 from ctxpress.summary.summarizer import summary_output_budget

@@ -21,8 +21,8 @@ import httpx
 import pytest
 from langchain_core.messages import ToolMessage
 
-from ctxpress.app.server.services.execution import UNANSWERED_TOOL_CALL
-from ctxpress.app.server.services.worker import LEASE_EXPIRED_ERROR
+from ctxpress.app.server.runtime.execution import UNANSWERED_TOOL_CALL
+from ctxpress.app.server.runtime.worker import LEASE_EXPIRED_ERROR
 from tests.server.fakes import report_text
 from tests.server.helpers import send, wait_for_status
 

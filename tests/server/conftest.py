@@ -19,8 +19,8 @@ import pytest
 
 from ctxpress.app.server.app import create_app
 from ctxpress.app.server.db.engine import Database
-from ctxpress.app.server.services.agents import AgentDefinition
-from ctxpress.app.server.services.container import open_database
+from ctxpress.app.server.runtime.agents import AgentDefinition
+from ctxpress.app.server.runtime.container import open_database
 from ctxpress.app.server.settings import Settings
 
 from .helpers import LiveServer, PostgresUnavailableError, scratch_postgres_database

@@ -24,7 +24,7 @@ from sqlalchemy import Row, create_engine, text
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import Conversation
 from ctxpress.app.server.repositories import AgentRepository, ConversationRepository, UserRepository
-from ctxpress.app.server.services.container import Services
+from ctxpress.app.server.runtime.container import Services
 from ctxpress.app.server.settings import Settings
 
 SERVER_START_TIMEOUT = 60.0

@@ -11,7 +11,7 @@ from langchain.agents.middleware import ModelCallLimitMiddleware
 from langgraph.checkpoint.memory import InMemorySaver
 
 from ctxpress.app.models import BuiltinChatModel
-from ctxpress.app.server.services.agents import (
+from ctxpress.app.server.runtime.agents import (
     AgentConfigError,
     AgentDefinition,
     AgentRegistry,
@@ -21,7 +21,7 @@ from ctxpress.app.server.services.agents import (
     load_agents_file,
     parse_agents,
 )
-from ctxpress.app.server.services.workdirs import ConversationWorkdirs
+from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.middleware import ContextCompressionMiddleware
 
 AGENTS_TOML = """

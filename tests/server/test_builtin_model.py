@@ -5,7 +5,7 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from ctxpress.app.models import BUILTIN_LABEL, BuiltinChatModel, BuiltinReply, ReplyPolicy
-from ctxpress.app.server.services.tools import ask_user
+from ctxpress.app.server.runtime.tools import ask_user
 
 
 def test_echoes_with_its_label_and_reports_usage() -> None:

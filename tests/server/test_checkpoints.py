@@ -21,8 +21,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, MessagesState, StateGraph
 from pydantic import BaseModel
 
-from ctxpress.app.server.services.checkpoint_serde import CheckpointSerializer
-from ctxpress.app.server.services.checkpoints import (
+from ctxpress.app.server.runtime.checkpoint_serde import CheckpointSerializer
+from ctxpress.app.server.runtime.checkpoints import (
     ServicePostgresSaver,
     ServiceSqliteSaver,
     one_checkpoint_read,

@@ -7,9 +7,9 @@ import asyncio
 from typer.testing import CliRunner
 
 from ctxpress.app.cli import app, first_start
-from ctxpress.app.server.services.auth import TOKEN_PREFIX, AuthService
-from ctxpress.app.server.services.container import open_database
+from ctxpress.app.server.runtime.container import open_database
 from ctxpress.app.server.settings import Settings
+from ctxpress.app.server.usecases.auth import TOKEN_PREFIX, AuthService
 
 from .conftest import SettingsFactory
 

@@ -27,8 +27,8 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.engine import Database
-from ctxpress.app.server.services import locks
-from ctxpress.app.server.services.locks import LockedConversation
+from ctxpress.app.server.runtime import locks
+from ctxpress.app.server.runtime.locks import LockedConversation
 
 from .conftest import ServerFactory
 from .helpers import create_conversation, wait_for_status

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
-from ctxpress.app.server.services.execution import UNANSWERED_TOOL_CALL
+from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.runtime.execution import UNANSWERED_TOOL_CALL
 
 from .conftest import ServerFactory
 from .fakes import ScriptedChatModel, ask_script

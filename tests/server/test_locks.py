@@ -10,7 +10,7 @@ from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import RUN_QUEUED, RUN_RUNNING, RUN_WAITING_INPUT
 from ctxpress.app.server.errors import NotFoundError
 from ctxpress.app.server.repositories.runs import BusyState, RunRepository
-from ctxpress.app.server.services.locks import conversation_lock, try_conversation_lock
+from ctxpress.app.server.runtime.locks import conversation_lock, try_conversation_lock
 
 from .helpers import add_conversation
 

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from ctxpress.app.server.app import create_app
-from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec
 
 from .conftest import ServerFactory, SettingsFactory
 from .fakes import ScriptedChatModel, echo_script

@@ -5,8 +5,8 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, RemoveMessage, ToolMessage
 from langgraph.constants import TAG_NOSTREAM
 
-from ctxpress.app.server.services.stream_mapping import OutgoingEvent, RecordedMessage, StreamMapper
-from ctxpress.app.server.services.usage import is_summary_call
+from ctxpress.app.server.runtime.stream_mapping import OutgoingEvent, RecordedMessage, StreamMapper
+from ctxpress.app.server.usecases.usage import is_summary_call
 
 
 def mapper() -> StreamMapper:

@@ -8,9 +8,9 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 
-from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
-from ctxpress.app.server.services.tools import workdir_tools
-from ctxpress.app.server.services.workdirs import ConversationWorkdirs
+from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.runtime.tools import workdir_tools
+from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 
 from .conftest import ServerFactory, SettingsFactory
 from .fakes import ScriptedChatModel, new_call_id

@@ -24,10 +24,10 @@ from ctxpress.app.kb.documents import DocumentFormatError
 from ctxpress.app.models import BUILTIN_NOTICE, replay_summary_model
 from ctxpress.app.server.errors import ServiceError
 from ctxpress.app.server.knowledge import open_knowledge_base
-from ctxpress.app.server.services.agents import AgentConfigError, AgentDefinition
-from ctxpress.app.server.services.auth import AuthService, IssuedToken
-from ctxpress.app.server.services.container import agent_definitions, open_database
+from ctxpress.app.server.runtime.agents import AgentConfigError, AgentDefinition
+from ctxpress.app.server.runtime.container import agent_definitions, open_database
 from ctxpress.app.server.settings import Settings
+from ctxpress.app.server.usecases.auth import AuthService, IssuedToken
 from ctxpress.config import CompressionConfig
 from ctxpress.tools.replay_report import (
     ConversationFigures,

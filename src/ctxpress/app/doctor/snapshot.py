@@ -21,10 +21,10 @@ from ctxpress.app.kb.tools import retrieval_tools
 from ctxpress.app.server.db.models import Conversation, Message, Run, RunEvent
 from ctxpress.app.server.knowledge import open_knowledge_base
 from ctxpress.app.server.repositories.runs import BusyState, RunRepository
-from ctxpress.app.server.services.agents import AgentDefinition, AgentRegistry, AgentRuntime, thread_config
-from ctxpress.app.server.services.checkpoints import open_checkpointer
-from ctxpress.app.server.services.container import agent_definitions, open_database
-from ctxpress.app.server.services.workdirs import ConversationWorkdirs
+from ctxpress.app.server.runtime.agents import AgentDefinition, AgentRegistry, AgentRuntime, thread_config
+from ctxpress.app.server.runtime.checkpoints import open_checkpointer
+from ctxpress.app.server.runtime.container import agent_definitions, open_database
+from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.app.server.settings import Settings
 from ctxpress.workdir import LocalWorkdir, WorkdirFile
 

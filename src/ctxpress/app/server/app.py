@@ -20,8 +20,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ctxpress import __version__
 from ctxpress.app.server.errors import PayloadTooLargeError, ServiceError
 from ctxpress.app.server.routes import ROUTERS, web
-from ctxpress.app.server.services.agents import AgentDefinition
-from ctxpress.app.server.services.container import open_services
+from ctxpress.app.server.runtime.agents import AgentDefinition
+from ctxpress.app.server.runtime.container import open_services
 from ctxpress.app.server.settings import Settings
 
 logger = logging.getLogger(__name__)

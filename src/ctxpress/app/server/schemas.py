@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from ctxpress.app.server.db.models import Conversation, Message, Run, User
 from ctxpress.app.server.repositories.runs import BusyState
-from ctxpress.app.server.services.agents import AgentRuntime
+from ctxpress.app.server.runtime.agents import AgentRuntime
 
 RunStatus = Literal["queued", "running", "waiting_input", "succeeded", "failed", "cancelled"]
 

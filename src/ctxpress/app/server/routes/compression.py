@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from ctxpress.app.server.routes.deps import ConversationDep, ServicesDep
 from ctxpress.app.server.schemas import ErrorResponse
-from ctxpress.app.server.services.compression import (
+from ctxpress.app.server.usecases.compression import (
     CompressionFailedError,
     CompressionOutcome,
     ContextStatus,

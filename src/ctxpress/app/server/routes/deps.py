@@ -9,7 +9,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ctxpress.app.server.db.models import Conversation, User
 from ctxpress.app.server.errors import UnauthorizedError
-from ctxpress.app.server.services.container import Services
+from ctxpress.app.server.runtime.container import Services
 
 #: The largest row id both databases store (BIGINT): larger cursors are rejected with 422/400, never
 #: passed on to the database (where they would fail with a 500).

@@ -9,8 +9,8 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ctxpress.app.server.errors import BadRequestError
 from ctxpress.app.server.routes.deps import MAX_ROW_ID, ServicesDep, UserDep
+from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.schemas import ErrorResponse, ResumeRunRequest, RunOut
-from ctxpress.app.server.services.events import EventLog
 
 router = APIRouter(
     prefix="/api/runs",

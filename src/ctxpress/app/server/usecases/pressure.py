@@ -26,7 +26,7 @@ from langgraph.config import get_stream_writer
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import ConversationPressure
 from ctxpress.app.server.repositories.pressure import PressureRepository
-from ctxpress.app.server.services.events import CONTEXT_PRESSURE
+from ctxpress.app.server.runtime.events import CONTEXT_PRESSURE
 from ctxpress.config import CompressionConfig
 from ctxpress.middleware import EVENT_KEY
 from ctxpress.pressure import SUGGEST_COMPRESS_RATIO, RequestPressure, measure_request

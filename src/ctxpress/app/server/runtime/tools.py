@@ -15,7 +15,7 @@ from typing import Any
 from langchain_core.tools import BaseTool, StructuredTool, tool
 from langgraph.types import interrupt
 
-from ctxpress.app.server.services.workdirs import ConversationWorkdirs
+from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.workdir import WorkdirError, read_text, write_text
 
 READ_FILE_MAX_CHARS = 20_000

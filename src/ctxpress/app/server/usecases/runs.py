@@ -19,10 +19,10 @@ from ctxpress.app.server.db.models import (
 from ctxpress.app.server.errors import BadRequestError, ConflictError, NotFoundError
 from ctxpress.app.server.repositories.conversations import ConversationRepository
 from ctxpress.app.server.repositories.runs import BusyState, RunRepository
-from ctxpress.app.server.services import events
-from ctxpress.app.server.services.events import EventLog
-from ctxpress.app.server.services.locks import conversation_lock
-from ctxpress.app.server.services.worker import RunWorker
+from ctxpress.app.server.runtime import events
+from ctxpress.app.server.runtime.events import EventLog
+from ctxpress.app.server.runtime.locks import conversation_lock
+from ctxpress.app.server.runtime.worker import RunWorker
 
 WORKERS_BUSY = "workers_busy"
 

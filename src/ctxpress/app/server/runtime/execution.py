@@ -30,14 +30,14 @@ from ctxpress.app.server.repositories.messages import MessageRepository
 from ctxpress.app.server.repositories.pressure import PressureRepository
 from ctxpress.app.server.repositories.runs import RunRepository
 from ctxpress.app.server.repositories.usage import UsageRepository
+from ctxpress.app.server.runtime import events
+from ctxpress.app.server.runtime.agents import AgentRegistry, AgentRuntime, thread_config
+from ctxpress.app.server.runtime.events import EventLog
+from ctxpress.app.server.runtime.locks import conversation_lock
+from ctxpress.app.server.runtime.stream_mapping import MappedItem, RecordedMessage, StreamMapper
 from ctxpress.app.server.serialization import to_jsonable
-from ctxpress.app.server.services import events
-from ctxpress.app.server.services.agents import AgentRegistry, AgentRuntime, thread_config
-from ctxpress.app.server.services.events import EventLog
-from ctxpress.app.server.services.locks import conversation_lock
-from ctxpress.app.server.services.pressure import record_pressure_event
-from ctxpress.app.server.services.stream_mapping import MappedItem, RecordedMessage, StreamMapper
-from ctxpress.app.server.services.usage import UsageCollector, UsageService
+from ctxpress.app.server.usecases.pressure import record_pressure_event
+from ctxpress.app.server.usecases.usage import UsageCollector, UsageService
 
 logger = logging.getLogger(__name__)
 

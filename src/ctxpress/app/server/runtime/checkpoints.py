@@ -33,7 +33,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from ctxpress.app.server.services.checkpoint_serde import CheckpointSerializer
+from ctxpress.app.server.runtime.checkpoint_serde import CheckpointSerializer
 from ctxpress.app.server.settings import DatabaseTarget
 
 POSTGRES_POOL_MAX_SIZE = 10

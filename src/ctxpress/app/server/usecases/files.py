@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ctxpress.app.server.errors import BadRequestError, NotFoundError, PayloadTooLargeError
-from ctxpress.app.server.services.workdirs import ConversationWorkdirs
+from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.workdir import WorkdirFile, WorkdirNotFoundError, WorkdirPathError
 
 MAX_FILE_BYTES = 50 * 1024 * 1024

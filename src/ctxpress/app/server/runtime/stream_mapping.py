@@ -24,9 +24,9 @@ from typing import Any
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, RemoveMessage, ToolMessage
 from langgraph.constants import TAG_NOSTREAM
 
+from ctxpress.app.server.runtime import events
 from ctxpress.app.server.serialization import to_jsonable
-from ctxpress.app.server.services import events
-from ctxpress.app.server.services.usage import SUMMARY_SOURCE
+from ctxpress.app.server.usecases.usage import SUMMARY_SOURCE
 
 Namespace = tuple[str, ...]
 #: Custom stream payloads `{"type": <one of these>, …}` become the SSE event of that name, fields unchanged.

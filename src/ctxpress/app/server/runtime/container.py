@@ -18,7 +18,7 @@ Routes reach it as `request.app.state.services`. What manual compression (S17–
             await agent.graph.aupdate_state(config, {"_summarization_event": result.event})
         # the lock is held from the idle check until here (S18); leaving the block releases it
 
-`services.compression` (services/compression.py) implements exactly this, with the workdir taken
+`services.compression` (usecases/compression.py) implements exactly this, with the workdir taken
 as a counted handle (`workdirs.acquire`) and the pressure record marked stale afterwards.
 """
 
@@ -40,25 +40,25 @@ from ctxpress.app.kb.tools import retrieval_tools
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.migrate import schema_change_lock, upgrade_on
 from ctxpress.app.server.knowledge import open_knowledge_base
-from ctxpress.app.server.services.agents import (
+from ctxpress.app.server.runtime.agents import (
     AgentDefinition,
     AgentRegistry,
     default_agent,
     load_agents_file,
 )
-from ctxpress.app.server.services.auth import AuthService, IssuedToken
-from ctxpress.app.server.services.checkpoints import open_checkpointer
-from ctxpress.app.server.services.compression import CompressionService
-from ctxpress.app.server.services.conversations import ConversationService
-from ctxpress.app.server.services.events import EventLog
-from ctxpress.app.server.services.execution import RunExecutor
-from ctxpress.app.server.services.files import FileService
-from ctxpress.app.server.services.pressure import PressureService
-from ctxpress.app.server.services.runs import RunService
-from ctxpress.app.server.services.usage import UsageService
-from ctxpress.app.server.services.workdirs import ConversationWorkdirs
-from ctxpress.app.server.services.worker import RunWorker, new_worker_id
+from ctxpress.app.server.runtime.checkpoints import open_checkpointer
+from ctxpress.app.server.runtime.events import EventLog
+from ctxpress.app.server.runtime.execution import RunExecutor
+from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
+from ctxpress.app.server.runtime.worker import RunWorker, new_worker_id
 from ctxpress.app.server.settings import Settings
+from ctxpress.app.server.usecases.auth import AuthService, IssuedToken
+from ctxpress.app.server.usecases.compression import CompressionService
+from ctxpress.app.server.usecases.conversations import ConversationService
+from ctxpress.app.server.usecases.files import FileService
+from ctxpress.app.server.usecases.pressure import PressureService
+from ctxpress.app.server.usecases.runs import RunService
+from ctxpress.app.server.usecases.usage import UsageService
 
 logger = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ from datetime import datetime, timedelta
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import RUN_FAILED, utcnow
 from ctxpress.app.server.repositories.runs import RunRepository
-from ctxpress.app.server.services import events
-from ctxpress.app.server.services.events import EventLog
-from ctxpress.app.server.services.execution import ActiveRun, RunExecutor
-from ctxpress.app.server.services.locks import try_conversation_lock
+from ctxpress.app.server.runtime import events
+from ctxpress.app.server.runtime.events import EventLog
+from ctxpress.app.server.runtime.execution import ActiveRun, RunExecutor
+from ctxpress.app.server.runtime.locks import try_conversation_lock
 
 logger = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from ctxpress.app.server.errors import BadRequestError, NotFoundError
 from ctxpress.app.server.repositories.agents import AgentRepository
 from ctxpress.app.server.repositories.conversations import ConversationRepository
 from ctxpress.app.server.repositories.messages import MessageRepository
+from ctxpress.app.server.runtime.agents import AgentRegistry, thread_config
+from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.app.server.serialization import storable_text, to_jsonable
-from ctxpress.app.server.services.agents import AgentRegistry, thread_config
-from ctxpress.app.server.services.workdirs import ConversationWorkdirs
 
 
 @dataclass(frozen=True)

@@ -31,23 +31,23 @@ from ctxpress.app.server.errors import BadRequestError, ConflictError, NotFoundE
 from ctxpress.app.server.repositories.pressure import PressureRepository
 from ctxpress.app.server.repositories.runs import BusyState
 from ctxpress.app.server.repositories.usage import UsageRepository
-from ctxpress.app.server.services.agents import (
+from ctxpress.app.server.runtime.agents import (
     CONTEXT_COMPRESSION,
     AgentRegistry,
     AgentRuntime,
     thread_config,
 )
-from ctxpress.app.server.services.checkpoints import one_checkpoint_read
-from ctxpress.app.server.services.locks import LockedConversation, conversation_lock
-from ctxpress.app.server.services.pressure import (
+from ctxpress.app.server.runtime.checkpoints import one_checkpoint_read
+from ctxpress.app.server.runtime.locks import LockedConversation, conversation_lock
+from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
+from ctxpress.app.server.usecases.pressure import (
     PressureService,
     RecordedPressure,
     estimate_next_input,
     suggests_compression,
     system_message_of,
 )
-from ctxpress.app.server.services.usage import UsageCollector
-from ctxpress.app.server.services.workdirs import ConversationWorkdirs
+from ctxpress.app.server.usecases.usage import UsageCollector
 from ctxpress.manual import ManualCompressionError, ManualCompressionResult, compress_now
 from ctxpress.middleware import EVENT_KEY
 from ctxpress.pressure import SUGGEST_COMPRESS_RATIO, RequestPressure

@@ -50,9 +50,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ctxpress.app.kb.web_search import web_search_status
 from ctxpress.app.models import BUILTIN_MODEL_NAME, BUILTIN_NOTICE, BUILTIN_PROVIDER, BuiltinChatModel
-from ctxpress.app.server.services.pressure import publish_pressure
-from ctxpress.app.server.services.tools import ToolSpec, resolve_tools
-from ctxpress.app.server.services.workdirs import ConversationWorkdirs
+from ctxpress.app.server.runtime.tools import ToolSpec, resolve_tools
+from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
+from ctxpress.app.server.usecases.pressure import publish_pressure
 from ctxpress.config import CompressionConfig
 from ctxpress.middleware import ContextCompressionMiddleware
 from ctxpress.overflow import OverflowMappingMiddleware
