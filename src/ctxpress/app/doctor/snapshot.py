@@ -18,10 +18,11 @@ from langchain_core.messages import BaseMessage
 from sqlalchemy import select
 
 from ctxpress.app.kb.tools import retrieval_tools
+from ctxpress.app.server.agents_file import AgentDefinition
 from ctxpress.app.server.db.models import Conversation, Message, Run, RunEvent
 from ctxpress.app.server.knowledge import open_knowledge_base
 from ctxpress.app.server.repositories.runs import BusyState, RunRepository
-from ctxpress.app.server.runtime.agents import AgentDefinition, AgentRegistry, AgentRuntime, thread_config
+from ctxpress.app.server.runtime.agents import AgentRegistry, AgentRuntime, thread_config
 from ctxpress.app.server.runtime.checkpoints import open_checkpointer
 from ctxpress.app.server.runtime.container import agent_definitions, open_database
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
