@@ -22,9 +22,9 @@ from langgraph.graph.state import CompiledStateGraph
 
 from ctxpress.app.models import BUILTIN_NOTICE
 from ctxpress.app.server.agents_file import CONTEXT_COMPRESSION, AgentConfigError, AgentDefinition
+from ctxpress.app.server.runtime.pressure_recording import publish_pressure
 from ctxpress.app.server.runtime.tools import resolve_tools
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
-from ctxpress.app.server.usecases.pressure import publish_pressure
 from ctxpress.config import CompressionConfig
 from ctxpress.middleware import ContextCompressionMiddleware
 from ctxpress.overflow import OverflowMappingMiddleware

@@ -144,7 +144,7 @@ async def open_services(
             database=database,
             events=events,
             agents=registry,
-            usage=usage,
+            usage_exclusion=usage.exclusion,
             worker_id=worker_id,
             recursion_limit=settings.run_recursion_limit,
             tool_result_preview_chars=settings.tool_result_preview_chars,
