@@ -73,7 +73,8 @@ from tests.server.helpers import (
     send,
 )
 
-from ctxpress.app.server.runtime.agents import default_agent, thread_config
+from ctxpress.app.server.agents_file import default_agent
+from ctxpress.app.server.runtime.agents import thread_config
 from ctxpress.app.server.runtime.container import open_services
 from ctxpress.app.server.settings import Settings
 

@@ -45,9 +45,9 @@ from langgraph.graph.state import CompiledStateGraph
 from ctxpress import manual
 from ctxpress.app.models import BuiltinChatModel
 from ctxpress.app.models.builtin import is_summary_call
+from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec, default_agent
 from ctxpress.app.server.app import create_app
 from ctxpress.app.server.repositories.pressure import PressureRepository
-from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec, default_agent
 from ctxpress.app.server.settings import Settings
 from ctxpress.app.server.usecases import compression
 

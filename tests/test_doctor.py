@@ -20,11 +20,11 @@ from typer.testing import CliRunner
 from ctxpress.app.cli import app
 from ctxpress.app.doctor import DoctorReport, diagnose
 from ctxpress.app.models import BUILTIN_LABEL
+from ctxpress.app.server.agents_file import load_agents_file
 from ctxpress.app.server.db.models import RUN_FAILED, RUN_RUNNING, Conversation
 from ctxpress.app.server.repositories.messages import MessageRepository
 from ctxpress.app.server.repositories.runs import RunRepository
 from ctxpress.app.server.runtime import events
-from ctxpress.app.server.runtime.agents import load_agents_file
 from ctxpress.app.server.settings import Settings
 from tests.conftest import require_shared_data
 from tests.server.conftest import (

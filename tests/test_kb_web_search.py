@@ -22,13 +22,9 @@ from ctxpress.app.kb.web_search import (
     search_web,
     web_search_status,
 )
+from ctxpress.app.server.agents_file import AgentConfigError, AgentDefinition, default_agent
 from ctxpress.app.server.knowledge import open_knowledge_base
-from ctxpress.app.server.runtime.agents import (
-    AgentConfigError,
-    AgentDefinition,
-    AgentRegistry,
-    default_agent,
-)
+from ctxpress.app.server.runtime.agents import AgentRegistry
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.app.server.settings import Settings
 from ctxpress.compaction.retrieval_preview import retrieval_preview

@@ -27,12 +27,8 @@ from ctxpress.app.kb.tools import query_kb_tool
 from ctxpress.app.models import BUILTIN_LABEL, BuiltinChatModel
 from ctxpress.app.models.intents import parse_intent
 from ctxpress.app.models.language import detect_language
-from ctxpress.app.server.runtime.agents import (
-    AgentConfigError,
-    AgentDefinition,
-    AgentRegistry,
-    default_agent,
-)
+from ctxpress.app.server.agents_file import AgentConfigError, AgentDefinition, default_agent
+from ctxpress.app.server.runtime.agents import AgentRegistry
 from ctxpress.app.server.runtime.tools import ask_user, workdir_tools
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.compaction import CompactionCache

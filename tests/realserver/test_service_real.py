@@ -23,7 +23,7 @@ import httpx
 import pytest
 from langchain_core.messages import HumanMessage
 
-from ctxpress.app.server.usecases.usage import UsageCollector
+from ctxpress.app.server.runtime.usage_recording import UsageCollector
 from ctxpress.summary.summarizer import summary_call_config
 from tests.realserver.clients import MAX_TOKENS, chat_model
 from tests.realserver.conftest import (

@@ -36,8 +36,8 @@ import uvicorn
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
 
+from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.app import create_app
-from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec
 from ctxpress.app.server.settings import Settings
 from ctxpress.summary.event import is_summary_message
 from ctxpress.workdir import LocalWorkdir

@@ -13,11 +13,12 @@ from typing import Any
 import httpx
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict
 
-from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.settings import Settings
 from ctxpress.compaction.content import content_text
 from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.config import CompressionConfig
+from ctxpress.middleware import DEFAULT_SUMMARY_TIMEOUT_S
 from tests.middleware.conftest import assert_provider_valid
 from tests.server.fakes import ScriptedChatModel, fetch_report, report_text, report_tool_script
 from tests.server.helpers import SseEvent, query_sql, read_events, send
@@ -57,6 +58,7 @@ def kb_agent(
     compression: CompressionConfig = COMPRESSION,
     name: str = "kb",
     gate: threading.Event | None = None,
+    summary_timeout: float | None = DEFAULT_SUMMARY_TIMEOUT_S,
 ) -> tuple[AgentDefinition, Recorder]:
     """The knowledge-base agent of the tests: `fetch_report` plus the workdir file tools."""
     recorder = Recorder(main or report_tool_script)
@@ -73,6 +75,7 @@ def kb_agent(
         tools=(fetch_report, "write_file", "read_file", "list_files"),
         capabilities=("context_compression",),
         compression=compression,
+        summary_timeout=summary_timeout,
     )
     return agent, recorder
 

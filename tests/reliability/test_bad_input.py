@@ -29,7 +29,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from ctxpress import CompressionConfig, ContextCompressionMiddleware, LocalWorkdir
-from ctxpress.app.server.runtime.agents import AgentConfigError, parse_agents
+from ctxpress.app.server.agents_file import AgentConfigError, parse_agents
 from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.manual import ManualCompressionError, compress_now
 from ctxpress.summary.recovery import recover_messages
@@ -344,7 +344,7 @@ def test_s23_bad_config_fails_when_the_agents_file_loads(name: str) -> None:
 
 
 def test_s23_bad_config_in_a_toml_file_fails_before_serving(tmp_path: Path) -> None:
-    from ctxpress.app.server.runtime.agents import load_agents_file
+    from ctxpress.app.server.agents_file import load_agents_file
 
     path = tmp_path / "agents.toml"
     path.write_text(
@@ -386,7 +386,7 @@ def test_s23_bad_environment_value_fails_when_the_default_agent_is_built(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A bad value in the environment is refused when the default agent is built (at start)."""
-    from ctxpress.app.server.runtime.agents import default_agent
+    from ctxpress.app.server.agents_file import default_agent
 
     monkeypatch.setenv("CTXPRESS_SUMMARY_THRESHOLD", "-1")
     with pytest.raises(ValueError, match="summary_threshold"):

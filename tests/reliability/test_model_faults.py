@@ -8,7 +8,6 @@ files only), and what the main model received.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from collections.abc import Sequence
@@ -20,8 +19,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langgraph.checkpoint.memory import InMemorySaver
 
 from ctxpress import CompressionConfig, ContextCompressionMiddleware, LocalWorkdir
-from ctxpress.app.server.runtime import agents as agents_module
 from ctxpress.compaction.markers import parse_offload_reference
+from ctxpress.middleware import DEFAULT_SUMMARY_TIMEOUT_S
 from ctxpress.summary.event import is_summary_message
 from ctxpress.summary.summarizer import summary_output_budget
 from ctxpress.tokens import count_request_tokens, estimate_tokens
@@ -89,19 +88,12 @@ def _huge(messages: Sequence[BaseMessage]) -> AIMessage:
 
 @SQLITE_ONLY
 @pytest.mark.parametrize("failure", ["raises", "times_out", "empty", "over_budget"])
-def test_s27_summary_model_failure_in_automatic_l2(
-    start_server: Any, monkeypatch: pytest.MonkeyPatch, failure: str
-) -> None:
+def test_s27_summary_model_failure_in_automatic_l2(start_server: Any, failure: str) -> None:
     hang = _Hang()
     script = {"raises": _raise, "times_out": hang, "empty": _empty, "over_budget": _huge}[failure]
-    if failure == "times_out":
-        # The service builds its middleware with the default timeout (120 s); a short one here.
-        monkeypatch.setattr(
-            agents_module,
-            "ContextCompressionMiddleware",
-            functools.partial(ContextCompressionMiddleware, summary_timeout=SUMMARY_TIMEOUT_S),
-        )
-    agent, recorder = kb_agent(summary=script)
+    # The agent's summary timeout is 120 s by default; a short one for the hung model (an agent setting).
+    timeout = SUMMARY_TIMEOUT_S if failure == "times_out" else DEFAULT_SUMMARY_TIMEOUT_S
+    agent, recorder = kb_agent(summary=script, summary_timeout=timeout)
     server = start_server(agents=[agent])
     client = server.client(server.create_user("alice"))
     conversation_id = client.post("/api/conversations", json={}).json()["id"]

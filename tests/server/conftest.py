@@ -17,9 +17,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from ctxpress.app.server.agents_file import AgentDefinition
 from ctxpress.app.server.app import create_app
 from ctxpress.app.server.db.engine import Database
-from ctxpress.app.server.runtime.agents import AgentDefinition
 from ctxpress.app.server.runtime.container import open_database
 from ctxpress.app.server.settings import Settings
 

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 
 from .conftest import ServerFactory
 from .fakes import ScriptedChatModel, ask_script

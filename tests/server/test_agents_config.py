@@ -11,18 +11,17 @@ from langchain.agents.middleware import ModelCallLimitMiddleware
 from langgraph.checkpoint.memory import InMemorySaver
 
 from ctxpress.app.models import BuiltinChatModel
-from ctxpress.app.server.runtime.agents import (
+from ctxpress.app.server.agents_file import (
     AgentConfigError,
     AgentDefinition,
-    AgentRegistry,
     ModelSpec,
-    agent_middleware,
     default_agent,
     load_agents_file,
     parse_agents,
 )
+from ctxpress.app.server.runtime.agents import AgentRegistry, agent_middleware
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
-from ctxpress.middleware import ContextCompressionMiddleware
+from ctxpress.middleware import DEFAULT_SUMMARY_TIMEOUT_S, ContextCompressionMiddleware
 
 AGENTS_TOML = """
 [agents.kb]
@@ -31,6 +30,7 @@ description = "知识库助手"
 system_prompt = "你是知识库助手。"
 tools = ["ask_user", "read_file"]
 capabilities = ["context_compression"]
+summary_timeout = 45
 
 [agents.kb.model]
 model = "openai:Qwen/Qwen3-8B"
@@ -56,6 +56,7 @@ def test_an_agents_file_loads(tmp_path: Path) -> None:
     assert kb.model.provider == "siliconflow-cn" and kb.compression.threshold_tokens == 64 * 1024
     assert kb.compression.summary_keep_messages == 6 and kb.tools == ("ask_user", "read_file")
     assert plain.model.is_builtin and plain.model.provider == "ctxpress" and plain.capabilities == ()
+    assert kb.summary_timeout == 45.0 and plain.summary_timeout == DEFAULT_SUMMARY_TIMEOUT_S
 
 
 def test_the_shipped_example_is_valid(tmp_path: Path) -> None:
@@ -65,6 +66,7 @@ def test_the_shipped_example_is_valid(tmp_path: Path) -> None:
         definitions, checkpointer=InMemorySaver(), workdirs=ConversationWorkdirs(tmp_path)
     )
     assert registry.default_name == "kb" and [agent.name for agent in registry.all()] == ["kb", "offline"]
+    assert definitions[0].summary_timeout == 120.0, "the example documents the per-agent summary timeout"
 
 
 @pytest.mark.parametrize(
@@ -77,6 +79,10 @@ def test_the_shipped_example_is_valid(tmp_path: Path) -> None:
         ("[agent.kb]\n", "unknown top-level keys"),
         ("title = 'x'\n", "unknown top-level keys"),
         ("[agents]\n", "at least one agent"),
+        ("[agents.kb]\nsummary_timeout = 0\n", "summary_timeout: Input should be greater than 0"),
+        ("[agents.kb]\nsummary_timeout = -5\n", "summary_timeout: Input should be greater than 0"),
+        ("[agents.kb]\nsummary_timeout = inf\n", "summary_timeout"),
+        ("[agents.kb]\nsummary_timeout = 'soon'\n", "summary_timeout"),
     ],
 )
 def test_mistakes_are_reported_at_load(document: str, message: str) -> None:
@@ -122,5 +128,17 @@ def test_compression_middleware_comes_first_with_the_capability(tmp_path: Path) 
     first, second = agent_middleware(agent, summary_model=summary, workdirs=workdirs)
     assert isinstance(first, ContextCompressionMiddleware) and second is extra
     assert first.config == agent.compression and first.summary_model is summary
+    assert first.summary_timeout == agent.summary_timeout == DEFAULT_SUMMARY_TIMEOUT_S
     without = agent.model_copy(update={"capabilities": ()})
     assert agent_middleware(without, summary_model=summary, workdirs=workdirs) == [extra]
+
+
+def test_the_agents_summary_timeout_reaches_its_compression_middleware(tmp_path: Path) -> None:
+    """The per-agent setting (agents file or Python), not a service-wide constant, bounds the summary call."""
+    kb = parse_agents(tomllib.loads(AGENTS_TOML))[0]
+    workdirs = ConversationWorkdirs(tmp_path)
+    [middleware] = agent_middleware(kb, summary_model=BuiltinChatModel(), workdirs=workdirs)
+    assert isinstance(middleware, ContextCompressionMiddleware) and middleware.summary_timeout == 45.0
+    unbounded = AgentDefinition(name="python", summary_timeout=None)
+    [middleware] = agent_middleware(unbounded, summary_model=BuiltinChatModel(), workdirs=workdirs)
+    assert isinstance(middleware, ContextCompressionMiddleware) and middleware.summary_timeout is None

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import httpx
 
-from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 
 from .conftest import ServerFactory
 from .fakes import ScriptedChatModel, echo_script

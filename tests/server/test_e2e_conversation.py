@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.config import CompressionConfig
 
 from .conftest import ServerFactory

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.runtime.execution import UNANSWERED_TOOL_CALL
 
 from .conftest import ServerFactory

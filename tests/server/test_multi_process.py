@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
+from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.app import create_app
-from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec
 
 from .conftest import ServerFactory, SettingsFactory
 from .fakes import ScriptedChatModel, echo_script

@@ -12,7 +12,8 @@ from typing import Any
 
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.repositories.pressure import PressureRepository
-from ctxpress.app.server.usecases.pressure import RecordedPressure, pressure_from_event
+from ctxpress.app.server.runtime.pressure_recording import pressure_from_event
+from ctxpress.app.server.usecases.pressure import RecordedPressure
 from ctxpress.config import TOKENS_PER_K, CompressionConfig
 from ctxpress.pressure import SUGGEST_COMPRESS_RATIO, RequestPressure
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 
 from .conftest import ServerFactory
 from .fakes import ScriptedChatModel, echo_script

@@ -6,9 +6,9 @@ import asyncio
 import threading
 from datetime import timedelta
 
+from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.db.models import utcnow
 from ctxpress.app.server.repositories.runs import RunRepository
-from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec
 from ctxpress.app.server.runtime.container import open_database
 from ctxpress.app.server.runtime.locks import conversation_lock
 from ctxpress.app.server.runtime.worker import LEASE_EXPIRED_ERROR

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 
 from .conftest import ServerFactory
 from .fakes import ScriptedChatModel, echo_script

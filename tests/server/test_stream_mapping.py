@@ -6,7 +6,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, Rem
 from langgraph.constants import TAG_NOSTREAM
 
 from ctxpress.app.server.runtime.stream_mapping import OutgoingEvent, RecordedMessage, StreamMapper
-from ctxpress.app.server.usecases.usage import is_summary_call
+from ctxpress.app.server.runtime.usage_recording import is_summary_call
 
 
 def mapper() -> StreamMapper:

@@ -8,7 +8,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 
-from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.runtime.tools import workdir_tools
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 

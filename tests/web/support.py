@@ -21,7 +21,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from langchain_core.tools import BaseTool, tool
 
-from ctxpress.app.server.runtime.agents import AgentDefinition, ModelSpec
+from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 #: Debian's `chromium` package; CTXPRESS_CHROMIUM overrides. Never a downloaded browser.

@@ -22,9 +22,9 @@ from ctxpress.app.doctor import ConversationNotFoundError, DoctorReport, diagnos
 from ctxpress.app.kb import KnowledgeBase, KnowledgeBaseError
 from ctxpress.app.kb.documents import DocumentFormatError
 from ctxpress.app.models import BUILTIN_NOTICE, replay_summary_model
+from ctxpress.app.server.agents_file import AgentConfigError, AgentDefinition
 from ctxpress.app.server.errors import ServiceError
 from ctxpress.app.server.knowledge import open_knowledge_base
-from ctxpress.app.server.runtime.agents import AgentConfigError, AgentDefinition
 from ctxpress.app.server.runtime.container import agent_definitions, open_database
 from ctxpress.app.server.settings import Settings
 from ctxpress.app.server.usecases.auth import AuthService, IssuedToken

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from ctxpress.app.doctor.checks import CHECKS
 from ctxpress.app.doctor.findings import SYMPTOMS, DoctorReport, Finding
 from ctxpress.app.doctor.snapshot import ConversationNotFoundError, ConversationSnapshot, load_snapshot
-from ctxpress.app.server.runtime.agents import AgentDefinition
+from ctxpress.app.server.agents_file import AgentDefinition
 from ctxpress.app.server.settings import Settings
 
 

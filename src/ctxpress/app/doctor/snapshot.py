@@ -15,13 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import BaseMessage
-from sqlalchemy import select
 
 from ctxpress.app.kb.tools import retrieval_tools
-from ctxpress.app.server.db.models import Conversation, Message, Run, RunEvent
+from ctxpress.app.server.agents_file import AgentDefinition
+from ctxpress.app.server.db.models import Run
 from ctxpress.app.server.knowledge import open_knowledge_base
+from ctxpress.app.server.repositories.conversations import ConversationRepository
+from ctxpress.app.server.repositories.messages import MessageRepository
+from ctxpress.app.server.repositories.run_events import RunEventRepository
 from ctxpress.app.server.repositories.runs import BusyState, RunRepository
-from ctxpress.app.server.runtime.agents import AgentDefinition, AgentRegistry, AgentRuntime, thread_config
+from ctxpress.app.server.runtime.agents import AgentRegistry, AgentRuntime, thread_config
 from ctxpress.app.server.runtime.checkpoints import open_checkpointer
 from ctxpress.app.server.runtime.container import agent_definitions, open_database
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
@@ -93,38 +96,14 @@ async def load_snapshot(
 ) -> ConversationSnapshot:
     """Read the conversation; `definitions` default to the service's (agents file or the default agent)."""
     async with open_database(settings) as database, database.session() as session:
-        conversation = await session.get(Conversation, conversation_id)
+        conversation = await ConversationRepository(session).get(conversation_id)
         if conversation is None:
             raise ConversationNotFoundError(
                 f"no conversation {conversation_id!r} in {settings.database().describe()}"
             )
-        runs = list(
-            (
-                await session.execute(
-                    select(Run).where(Run.conversation_id == conversation_id).order_by(Run.queue_seq)
-                )
-            ).scalars()
-        )
-        events = (
-            list(
-                (
-                    await session.execute(
-                        select(RunEvent)
-                        .where(RunEvent.run_id.in_([run.id for run in runs]))
-                        .order_by(RunEvent.id)
-                    )
-                ).scalars()
-            )
-            if runs
-            else []
-        )
-        messages = list(
-            (
-                await session.execute(
-                    select(Message).where(Message.conversation_id == conversation_id).order_by(Message.id)
-                )
-            ).scalars()
-        )
+        runs = await RunRepository(session).all_for_conversation(conversation_id)
+        events = await RunEventRepository(session).of_runs([run.id for run in runs])
+        messages = await MessageRepository(session).all_for_conversation(conversation_id)
         busy = await RunRepository(session).busy_state(conversation_id)
     by_run: dict[str, list[StoredEvent]] = {}
     for event in events:

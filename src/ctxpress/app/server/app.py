@@ -18,9 +18,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ctxpress import __version__
+from ctxpress.app.server.agents_file import AgentDefinition
 from ctxpress.app.server.errors import PayloadTooLargeError, ServiceError
 from ctxpress.app.server.routes import ROUTERS, web
-from ctxpress.app.server.runtime.agents import AgentDefinition
 from ctxpress.app.server.runtime.container import open_services
 from ctxpress.app.server.settings import Settings
 

@@ -20,6 +20,23 @@ class ConversationRepository:
     async def get(self, conversation_id: str) -> Conversation | None:
         return await self.session.get(Conversation, conversation_id)
 
+    async def read_for_lock(
+        self, conversation_id: str, *, row_lock: bool, skip_locked: bool
+    ) -> Conversation | None:
+        """The conversation read afresh (never a stale identity-map copy), for the conversation lock.
+
+        `row_lock`: `SELECT … FOR UPDATE` (PostgreSQL), held until the transaction ends;
+        `skip_locked`: with `SKIP LOCKED`, so a row another transaction holds reads as None.
+        """
+        query = (
+            select(Conversation)
+            .where(Conversation.id == conversation_id)
+            .execution_options(populate_existing=True)
+        )
+        if row_lock:
+            query = query.with_for_update(skip_locked=skip_locked)
+        return (await self.session.execute(query)).scalar_one_or_none()
+
     async def get_owned(self, conversation_id: str, owner_id: str) -> Conversation | None:
         query = select(Conversation).where(
             Conversation.id == conversation_id, Conversation.owner_id == owner_id

@@ -43,6 +43,11 @@ class MessageRepository:
         )
         return list((await self.session.execute(query)).scalars())
 
+    async def all_for_conversation(self, conversation_id: str) -> list[Message]:
+        """The whole chat record of the conversation, oldest first."""
+        query = select(Message).where(Message.conversation_id == conversation_id).order_by(Message.id)
+        return list((await self.session.execute(query)).scalars())
+
     async def count(self, conversation_id: str) -> int:
         query = select(func.count()).select_from(Message).where(Message.conversation_id == conversation_id)
         return int((await self.session.execute(query)).scalar_one())

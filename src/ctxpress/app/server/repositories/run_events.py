@@ -27,3 +27,10 @@ class RunEventRepository:
             .limit(limit)
         )
         return list((await self.session.execute(query)).scalars())
+
+    async def of_runs(self, run_ids: list[str]) -> list[RunEvent]:
+        """Every event of these runs, in the order they were stored."""
+        if not run_ids:
+            return []
+        query = select(RunEvent).where(RunEvent.run_id.in_(run_ids)).order_by(RunEvent.id)
+        return list((await self.session.execute(query)).scalars())

@@ -74,6 +74,11 @@ class RunRepository:
         )
         return list((await self.session.execute(query)).scalars())
 
+    async def all_for_conversation(self, conversation_id: str) -> list[Run]:
+        """Every run of the conversation, in queue order (oldest first)."""
+        query = select(Run).where(Run.conversation_id == conversation_id).order_by(Run.queue_seq)
+        return list((await self.session.execute(query)).scalars())
+
     async def busy_state(self, conversation_id: str) -> BusyState | None:
         query = (
             select(Run.id, Run.status)

@@ -37,15 +37,11 @@ from typing import IO, Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from ctxpress.app.kb.tools import retrieval_tools
+from ctxpress.app.server.agents_file import AgentDefinition, default_agent, load_agents_file
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.migrate import schema_change_lock, upgrade_on
 from ctxpress.app.server.knowledge import open_knowledge_base
-from ctxpress.app.server.runtime.agents import (
-    AgentDefinition,
-    AgentRegistry,
-    default_agent,
-    load_agents_file,
-)
+from ctxpress.app.server.runtime.agents import AgentRegistry
 from ctxpress.app.server.runtime.checkpoints import open_checkpointer
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.execution import RunExecutor
@@ -148,7 +144,7 @@ async def open_services(
             database=database,
             events=events,
             agents=registry,
-            usage=usage,
+            usage_exclusion=usage.exclusion,
             worker_id=worker_id,
             recursion_limit=settings.run_recursion_limit,
             tool_result_preview_chars=settings.tool_result_preview_chars,

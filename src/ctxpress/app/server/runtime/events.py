@@ -17,8 +17,9 @@ from typing import Any, Final
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.engine import Database, call_after_commit
-from ctxpress.app.server.db.models import RUN_WAITING_INPUT, TERMINAL_RUN_STATUSES, Run
+from ctxpress.app.server.db.models import RUN_WAITING_INPUT, TERMINAL_RUN_STATUSES
 from ctxpress.app.server.repositories.run_events import RunEventRepository
+from ctxpress.app.server.repositories.runs import RunRepository
 
 # Event types (the SSE `event:` field).
 RUN_QUEUED_EVENT: Final = "run_queued"
@@ -101,7 +102,7 @@ class EventLog:
                 async with self.database.session() as session:
                     # Status first: final events commit together with the status, so when this read
                     # sees the run finished, the event read below sees every event it will ever have.
-                    run = await session.get(Run, run_id)
+                    run = await RunRepository(session).get(run_id)
                     events = await RunEventRepository(session).after(run_id, cursor, limit=REPLAY_BATCH)
                 for event in events:
                     cursor = event.id

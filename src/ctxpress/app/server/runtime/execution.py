@@ -34,10 +34,10 @@ from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.agents import AgentRegistry, AgentRuntime, thread_config
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.locks import conversation_lock
+from ctxpress.app.server.runtime.pressure_recording import record_pressure_event
 from ctxpress.app.server.runtime.stream_mapping import MappedItem, RecordedMessage, StreamMapper
+from ctxpress.app.server.runtime.usage_recording import UsageCollector, UsageExclusion
 from ctxpress.app.server.serialization import to_jsonable
-from ctxpress.app.server.usecases.pressure import record_pressure_event
-from ctxpress.app.server.usecases.usage import UsageCollector, UsageService
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class RunExecutor:
         database: Database,
         events: EventLog,
         agents: AgentRegistry,
-        usage: UsageService,
+        usage_exclusion: UsageExclusion,
         worker_id: str,
         recursion_limit: int,
         tool_result_preview_chars: int,
@@ -81,7 +81,7 @@ class RunExecutor:
         self.database = database
         self.events = events
         self.agents = agents
-        self.usage = usage
+        self.usage_exclusion = usage_exclusion
         self.worker_id = worker_id
         self.recursion_limit = recursion_limit
         self.tool_result_preview_chars = tool_result_preview_chars
@@ -224,7 +224,9 @@ class RunExecutor:
             usage = UsageRepository(session)
             for draft in drafts:
                 await usage.add(draft.to_record(run.conversation_id, run.id))
-                await self.events.append(session, run.id, events.USAGE, self.usage.event_data(draft))
+                await self.events.append(
+                    session, run.id, events.USAGE, self.usage_exclusion.event_data(draft)
+                )
             await session.commit()
 
     async def _finish(self, run: Run, outcome: Outcome) -> None:

@@ -22,12 +22,12 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import Conversation
 from ctxpress.app.server.errors import NotFoundError
+from ctxpress.app.server.repositories.conversations import ConversationRepository
 from ctxpress.app.server.repositories.runs import BusyState, RunRepository
 
 
@@ -74,14 +74,9 @@ async def _hold(
             return
         await local_lock.acquire()
     try:
-        query = (
-            select(Conversation)
-            .where(Conversation.id == conversation_id)
-            .execution_options(populate_existing=True)
+        conversation = await ConversationRepository(session).read_for_lock(
+            conversation_id, row_lock=database.backend == "postgresql", skip_locked=skip_locked
         )
-        if database.backend == "postgresql":
-            query = query.with_for_update(skip_locked=skip_locked)
-        conversation = (await session.execute(query)).scalar_one_or_none()
         if conversation is None:
             await session.rollback()
             yield None

@@ -25,8 +25,8 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, Remo
 from langgraph.constants import TAG_NOSTREAM
 
 from ctxpress.app.server.runtime import events
+from ctxpress.app.server.runtime.usage_recording import SUMMARY_SOURCE
 from ctxpress.app.server.serialization import to_jsonable
-from ctxpress.app.server.usecases.usage import SUMMARY_SOURCE
 
 Namespace = tuple[str, ...]
 #: Custom stream payloads `{"type": <one of these>, …}` become the SSE event of that name, fields unchanged.

@@ -25,20 +25,17 @@ from typing import Any, Final, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from ctxpress.app.server.agents_file import CONTEXT_COMPRESSION
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import Conversation
 from ctxpress.app.server.errors import BadRequestError, ConflictError, NotFoundError, ServiceError
 from ctxpress.app.server.repositories.pressure import PressureRepository
 from ctxpress.app.server.repositories.runs import BusyState
 from ctxpress.app.server.repositories.usage import UsageRepository
-from ctxpress.app.server.runtime.agents import (
-    CONTEXT_COMPRESSION,
-    AgentRegistry,
-    AgentRuntime,
-    thread_config,
-)
+from ctxpress.app.server.runtime.agents import AgentRegistry, AgentRuntime, thread_config
 from ctxpress.app.server.runtime.checkpoints import one_checkpoint_read
 from ctxpress.app.server.runtime.locks import LockedConversation, conversation_lock
+from ctxpress.app.server.runtime.usage_recording import UsageCollector
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.app.server.usecases.pressure import (
     PressureService,
@@ -47,7 +44,6 @@ from ctxpress.app.server.usecases.pressure import (
     suggests_compression,
     system_message_of,
 )
-from ctxpress.app.server.usecases.usage import UsageCollector
 from ctxpress.manual import ManualCompressionError, ManualCompressionResult, compress_now
 from ctxpress.middleware import EVENT_KEY
 from ctxpress.pressure import SUGGEST_COMPRESS_RATIO, RequestPressure

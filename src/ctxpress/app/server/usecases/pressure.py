@@ -1,11 +1,6 @@
-"""Request pressure for the status panel (S19, S22): recorded per main-model call, estimated on demand.
+"""Request pressure for the status panel (S19, S22): the recorded figure and an estimate on demand.
 
-Recording: every agent's `ContextCompressionMiddleware` gets `publish_pressure` as its `on_pressure`
-callback. It puts the figure on the run's stream as a `context_pressure` custom event — the
-middleware is built once per agent, so it knows no conversation, but the run executor does: it
-stores the event like any other (SSE replay) and upserts the conversation's pressure row in the
-same transaction. Nothing is written from inside the model call, so the call never waits on the
-database; sub-agents' figures (namespaced events) are not the conversation's and are not recorded.
+Recording, per main-model call, is runtime work: `ctxpress.app.server.runtime.pressure_recording`.
 
 Estimating: `estimate_next_input` measures what the main model would receive now — the agent's
 system prompt and tool schemas, the current summary and the raw messages after its cutoff — with
@@ -14,60 +9,20 @@ the same `measure_request` the middleware uses, so it is right even when the rec
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
-from langgraph.config import get_stream_writer
 
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import ConversationPressure
 from ctxpress.app.server.repositories.pressure import PressureRepository
-from ctxpress.app.server.runtime.events import CONTEXT_PRESSURE
 from ctxpress.config import CompressionConfig
 from ctxpress.middleware import EVENT_KEY
 from ctxpress.pressure import SUGGEST_COMPRESS_RATIO, RequestPressure, measure_request
 from ctxpress.summary.event import EffectiveMessages, effective_messages
-
-logger = logging.getLogger(__name__)
-
-#: The fields of a `context_pressure` event that make up a `RequestPressure`.
-_FIELDS = ("total", "threshold", "system", "tools", "summary", "messages")
-
-
-def publish_pressure(pressure: RequestPressure) -> None:
-    """`on_pressure` of the middleware: hand the figure to the run's stream (see the module docstring)."""
-    try:
-        writer = get_stream_writer()
-    except RuntimeError:  # a model call outside a graph run: nobody to tell
-        return
-    writer({"type": CONTEXT_PRESSURE, **pressure.as_dict()})
-
-
-def pressure_from_event(data: Mapping[str, Any]) -> RequestPressure | None:
-    """The `RequestPressure` of a root-agent `context_pressure` event; None for anything else."""
-    if data.get("namespace"):  # a sub-agent's model call: not the conversation's next input
-        return None
-    values: list[int] = []
-    for name in _FIELDS:
-        value = data.get(name)
-        if not isinstance(value, int) or isinstance(value, bool):
-            logger.warning("ignoring a malformed context_pressure event (%s=%r)", name, value)
-            return None
-        values.append(value)
-    return RequestPressure(*values)
-
-
-async def record_pressure_event(
-    repository: PressureRepository, conversation_id: str, run_id: str, data: Mapping[str, Any]
-) -> None:
-    """Called by the run executor for each `context_pressure` event it stores."""
-    pressure = pressure_from_event(data)
-    if pressure is not None:
-        await repository.record(conversation_id, run_id, pressure)
 
 
 def system_message_of(system_prompt: str) -> SystemMessage | None:
