@@ -143,7 +143,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
     """Automatic context compression for `create_agent` (see the module docstring for the flow).
 
     Place it first (outermost) in `middleware=[...]`, before retry/fallback middleware, so that a
-    `ContextOverflowError` from the model reaches it (see `ctxpress.overflow`).
+    `ContextOverflowError` from the model reaches it (see `ctxpress.overflow.middleware`).
     """
 
     state_schema = CompressionState
