@@ -59,7 +59,6 @@ class SummaryStep:
     view: list[BaseMessage]
     summary_error: str | None
     write_error: str | None
-    summary_text: str
 
 
 def history_messages(
@@ -128,7 +127,7 @@ def finish_summary(plan: SummaryPlan, saved: SavedSummary) -> SummaryStep:
         "first_kept_id": plan.first_kept_id,
         "summary_count": plan.summary_count,
     }
-    return SummaryStep(event, [summary_message, *plan.kept], outcome.error, saved.write_error, text)
+    return SummaryStep(event, [summary_message, *plan.kept], outcome.error, saved.write_error)
 
 
 def save_history(workdir: Workdir, plan: SummaryPlan) -> tuple[str | None, str | None]:
