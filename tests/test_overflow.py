@@ -1,7 +1,7 @@
 """ctxpress.overflow: provider wordings -> ContextOverflowError, middleware order, streaming, quirks.
 
 The errors are real `openai` SDK exceptions carrying the JSON bodies that servers return (quoted from
-the sources listed in the module docstring). openai 3.x sits on `httpx2`, so the responses are
+the sources listed in docs/overflow-wordings.md). openai 3.x sits on `httpx2`, so the responses are
 `httpx2.Response` objects, exactly as the SDK builds them.
 """
 
@@ -30,7 +30,6 @@ from langgraph.errors import GraphInterrupt
 from pydantic import Field
 
 from ctxpress.overflow import (
-    ChatOpenAINoNullContent,
     EmptyStreamError,
     EmptyStreamOverflowError,
     OverflowMappingMiddleware,
@@ -43,6 +42,7 @@ from ctxpress.overflow import (
     raising_context_overflow,
     retry_unless_overflow,
 )
+from ctxpress.overflow.openai import ChatOpenAINoNullContent
 
 # --- real error bodies -------------------------------------------------------------------------
 

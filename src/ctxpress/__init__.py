@@ -2,7 +2,7 @@
 
 from ctxpress.compaction import CompactionResult, compact_view
 from ctxpress.config import CompressionConfig
-from ctxpress.manual import ManualCompressionError, ManualCompressionResult, compress_now
+from ctxpress.manual import FailedPart, ManualCompressionError, ManualCompressionResult, compress_now
 from ctxpress.middleware import ContextCompressionMiddleware
 from ctxpress.pressure import RequestPressure, measure_request
 from ctxpress.tokens import count_request_tokens, estimate_tokens
@@ -12,6 +12,7 @@ __all__ = [
     "CompactionResult",
     "CompressionConfig",
     "ContextCompressionMiddleware",
+    "FailedPart",
     "LocalWorkdir",
     "ManualCompressionError",
     "ManualCompressionResult",

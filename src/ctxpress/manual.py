@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
@@ -20,16 +21,23 @@ from langchain_core.messages import BaseMessage, SystemMessage
 from ctxpress.compaction import CompactionCache, compact_view
 from ctxpress.config import CompressionConfig
 from ctxpress.summary.event import SummarizationEvent, effective_messages
-from ctxpress.summary.step import SaveAndSummarize, SavedSummary, SummaryStep, save_history, summary_step
+from ctxpress.summary.step import SavedSummary, finish_summary, plan_summary, save_history
 from ctxpress.summary.summarizer import asummarize
 from ctxpress.tokens import count_request_tokens
 from ctxpress.workdir import Workdir
 
-FailedPart = Literal["history", "summary", "compaction"]
+
+class FailedPart(StrEnum):
+    """Which part of a manual compression failed (S28); the values are what the service reports."""
+
+    COMPACTION = "compaction"  # storing a large tool result for the L1 view
+    SUMMARY = "summary"  # the summary model
+    HISTORY = "history"  # the history file
+    CHECKPOINT = "checkpoint"  # the caller storing the returned event in the agent state
 
 
 class ManualCompressionError(Exception):
-    """Manual compression failed; `part` says which half (S28)."""
+    """Manual compression failed; `part` says which part (S28)."""
 
     def __init__(self, part: FailedPart, message: str) -> None:
         super().__init__(message)
@@ -91,34 +99,25 @@ async def compress_now(
         # S13 holds (failed results stay whole in the view), but manual compression promises a
         # complete history: say which part failed instead of publishing a partial one.
         first = l1.failures[0]
-        raise ManualCompressionError("compaction", f"could not store a large tool result: {first.reason}")
-    step_flow = summary_step(effective, l1.messages, messages, config, thread_id)
-    step: SummaryStep | None
-    try:
-        effect: SaveAndSummarize = next(step_flow)
-    except StopIteration as done:
-        step = done.value
-    else:
-        # In order, unlike the automatic path: a failed summary must not leave a history file
-        # that no event will ever name (S28 publishes nothing on failure).
-        outcome = await asummarize(summary_model, config, effect.messages, summary_timeout, callbacks)
-        if not outcome.ok:
-            raise ManualCompressionError("summary", f"the summary model failed: {outcome.error}")
-        file_path, write_error = await asyncio.to_thread(save_history, workdir, effect)
-        if write_error:
-            raise ManualCompressionError("history", f"could not save the history file: {write_error}")
-        try:
-            step_flow.send(SavedSummary(file_path, None, outcome))
-        except StopIteration as done:
-            step = done.value
-        else:  # pragma: no cover - the step yields exactly once
-            raise RuntimeError("summary step yielded twice")
-    if step is None:
+        raise ManualCompressionError(
+            FailedPart.COMPACTION, f"could not store a large tool result: {first.reason}"
+        )
+    plan = plan_summary(effective, l1.messages, messages, config, thread_id)
+    if plan is None:
         return ManualCompressionResult(
             compressed=False,
             tokens_before=tokens_before,
             tokens_after=tokens_before,
             reason="no safe cutoff: every older message belongs to an unfinished tool-call batch",
         )
+    # In order, unlike the automatic path: a failed summary must not leave a history file that no
+    # event will ever name (S28 publishes nothing on failure).
+    outcome = await asummarize(summary_model, config, plan.messages, summary_timeout, callbacks)
+    if not outcome.ok:
+        raise ManualCompressionError(FailedPart.SUMMARY, f"the summary model failed: {outcome.error}")
+    file_path, write_error = await asyncio.to_thread(save_history, workdir, plan)
+    if write_error:
+        raise ManualCompressionError(FailedPart.HISTORY, f"could not save the history file: {write_error}")
+    step = finish_summary(plan, SavedSummary(file_path, None, outcome))
     tokens_after = count_request_tokens(step.view, system_message, tools, profile)
     return ManualCompressionResult(True, tokens_before, tokens_after, event=step.event)

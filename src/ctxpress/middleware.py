@@ -51,11 +51,13 @@ from ctxpress.summary.event import (
     effective_messages,
 )
 from ctxpress.summary.step import (
-    SaveAndSummarize,
+    SavedSummary,
+    SummaryPlan,
     SummaryStep,
     asave_and_summarize,
+    finish_summary,
+    plan_summary,
     save_and_summarize,
-    summary_step,
 )
 from ctxpress.summary.summarizer import (
     short_error,
@@ -88,6 +90,11 @@ class CallModel:
 @dataclass(frozen=True)
 class BuildL1View:
     messages: list[BaseMessage]
+
+
+@dataclass(frozen=True)
+class SaveAndSummarize:
+    plan: SummaryPlan
 
 
 @dataclass(frozen=True)
@@ -143,7 +150,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
     """Automatic context compression for `create_agent` (see the module docstring for the flow).
 
     Place it first (outermost) in `middleware=[...]`, before retry/fallback middleware, so that a
-    `ContextOverflowError` from the model reaches it (see `ctxpress.overflow`).
+    `ContextOverflowError` from the model reaches it (see `ctxpress.overflow.middleware`).
     """
 
     state_schema = CompressionState
@@ -206,7 +213,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         if isinstance(effect, TrimTail):
             return self._trim(effect, request)
         return save_and_summarize(
-            effect,
+            effect.plan,
             self._resolve_workdir(request),
             self._summary_model(request),
             self.config,
@@ -226,7 +233,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         if isinstance(effect, TrimTail):
             return await asyncio.to_thread(self._trim, effect, request)
         return await asave_and_summarize(
-            effect,
+            effect.plan,
             self._resolve_workdir(request),
             self._summary_model(request),
             self.config,
@@ -356,12 +363,13 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
 
     def _summarize(self, call: _Call, l1: CompactionResult) -> Generator[Effect, Any, SummaryStep | None]:
         """L2 (S14, S15) for this call; records the event in the call's state update."""
-        step = yield from summary_step(
-            call.effective, l1.messages, call.request.messages, self.config, _thread_id()
-        )
-        if step is not None:
-            call.state_update[EVENT_KEY] = step.event
-            call.summary = step
+        plan = plan_summary(call.effective, l1.messages, call.request.messages, self.config, _thread_id())
+        if plan is None:
+            return None
+        saved: SavedSummary = yield SaveAndSummarize(plan)
+        step = finish_summary(plan, saved)
+        call.state_update[EVENT_KEY] = step.event
+        call.summary = step
         return step
 
     # --- measuring ------------------------------------------------------------------------------

@@ -5,6 +5,9 @@ Oracles read the view the model received, the state, the workdir files and the e
 
 from __future__ import annotations
 
+import threading
+from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +16,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from ctxpress import CompressionConfig, ContextCompressionMiddleware, LocalWorkdir
 from ctxpress.compaction.markers import OFFLOAD_MARKER
 from ctxpress.summary.event import SUMMARY_MARKER, is_summary_message
-from ctxpress.summary.history import read_history
+from ctxpress.summary.history import HISTORY_DIR, read_history
 from ctxpress.tokens import count_request_tokens
 from ctxpress.workdir import WorkdirWriteError, read_text
 from tests.fakes import ScriptedChatModel
@@ -348,6 +351,58 @@ async def test_s20_events_in_order_sync_and_async(workdir: LocalWorkdir, use_asy
         assert finished["status"] in ("completed", "failed")
     assert any(e.get("level") == "l2" and e["status"] == "completed" for e in compression)
     assert any(e.get("level") == "l1" and e["status"] == "completed" for e in compression)
+
+
+class RendezvousWorkdir(LocalWorkdir):
+    """The n-th history write waits (briefly) for the n-th summary call to start, and vice versa.
+
+    Records who saw the other under way: both only when the two run at the same time.
+    """
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.history_started: defaultdict[int, threading.Event] = defaultdict(threading.Event)
+        self.summary_started: defaultdict[int, threading.Event] = defaultdict(threading.Event)
+        self.writes = 0
+        self.summaries = 0
+        self.saw_the_other: list[tuple[str, int]] = []
+
+    def write_bytes(self, path: str, data: bytes) -> str:
+        if path.startswith(HISTORY_DIR):
+            index, self.writes = self.writes, self.writes + 1
+            self.history_started[index].set()
+            if self.summary_started[index].wait(timeout=2):
+                self.saw_the_other.append(("history write", index))
+        return super().write_bytes(path, data)
+
+    def summary(self, _messages: list[BaseMessage]) -> AIMessage:
+        index, self.summaries = self.summaries, self.summaries + 1
+        self.summary_started[index].set()
+        if self.history_started[index].wait(timeout=2):
+            self.saw_the_other.append(("summary call", index))
+        return AIMessage(content=f"摘要{index}")
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+async def test_async_path_writes_the_history_while_the_summary_model_runs(
+    tmp_path: Path, use_async: bool
+) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    workdir = RendezvousWorkdir(tmp_path / "wd")
+    summary_model = ScriptedChatModel(script=[workdir.summary] * 10)
+    agent, _model = _l2_agent(workdir, InMemorySaver(), 3, summary_model)
+    for turn in range(3):
+        payload = {"messages": [HumanMessage(content=f"问题{turn}")]}
+        if use_async:
+            await agent.ainvoke(payload, THREAD)
+        else:
+            agent.invoke(payload, THREAD)
+    assert workdir.writes >= 1 and workdir.summaries >= 1, "the premise: a summary happened"
+    first = {who for who, index in workdir.saw_the_other if index == 0}
+    # Async: the history write and the summary call overlap. Sync: one after the other, so the
+    # write (first) waits for a summary that has not started yet.
+    assert first == ({"history write", "summary call"} if use_async else {"summary call"})
 
 
 def _view_has_summary(view: list[BaseMessage]) -> bool:

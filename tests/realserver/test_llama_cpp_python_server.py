@@ -30,7 +30,6 @@ from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_openai import ChatOpenAI
 
 from ctxpress.overflow import (
-    ChatOpenAINoNullContent,
     EmptyStreamError,
     EmptyStreamOverflowError,
     OverflowMappingMiddleware,
@@ -38,6 +37,7 @@ from ctxpress.overflow import (
     raising_context_overflow,
     retry_unless_overflow,
 )
+from ctxpress.overflow.openai import ChatOpenAINoNullContent
 from tests.realserver.clients import (
     MAX_TOKENS,
     OVERFLOWING_PROMPT,

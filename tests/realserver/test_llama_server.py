@@ -18,13 +18,13 @@ from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_openai import ChatOpenAI
 
 from ctxpress.overflow import (
-    ChatOpenAINoNullContent,
     OverflowMappingMiddleware,
     as_context_overflow,
     is_context_overflow,
     raising_context_overflow,
     retry_unless_overflow,
 )
+from ctxpress.overflow.openai import ChatOpenAINoNullContent
 from tests.realserver.clients import (
     MAX_TOKENS,
     OVERFLOWING_PROMPT,

@@ -44,11 +44,11 @@ from langgraph.checkpoint.memory import InMemorySaver
 from ctxpress import CompressionConfig, ContextCompressionMiddleware, LocalWorkdir, count_request_tokens
 from ctxpress.compaction.markers import OFFLOAD_MARKER, parse_offload_reference
 from ctxpress.overflow import (
-    ChatOpenAINoNullContent,
     EmptyStreamError,
     OverflowMappingMiddleware,
     retry_unless_overflow,
 )
+from ctxpress.overflow.openai import ChatOpenAINoNullContent
 from ctxpress.summary.event import SUMMARY_MARKER
 from ctxpress.summary.history import read_history
 from ctxpress.workdir import read_text

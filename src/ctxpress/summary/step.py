@@ -1,15 +1,16 @@
 """The L2 step (S14, S15), shared by automatic compression and the manual "compress context" action.
 
-Written as a generator that yields one `SaveAndSummarize` effect: the caller decides how to carry
-it out (in order, or with the history write and the summary call running concurrently) and sends
-back a `SavedSummary`.
+Two plain functions around the two slow parts. `plan_summary` picks the cutoff and says what the
+summary model reads and what the history file keeps; the caller writes the history file and calls
+the summary model (in order, or concurrently: `save_and_summarize`, `asave_and_summarize`); then
+`finish_summary` turns the file path and the summary into the new event and the view to send.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from langchain_core.language_models import BaseChatModel
@@ -32,10 +33,15 @@ logger = logging.getLogger("ctxpress.summary")
 
 
 @dataclass(frozen=True)
-class SaveAndSummarize:
-    span: HistoryRange
+class SummaryPlan:
+    """The next summary before its slow parts: where it cuts, what it reads and what it stores."""
+
+    span: HistoryRange  # `span.end` is the new global cutoff
     messages: list[BaseMessage]  # what the summary model reads: the bounded L1 view
     history: list[BaseMessage]  # what the history file keeps: see `history_messages`
+    kept: list[BaseMessage]  # the L1 view after the cutoff, sent after the summary message
+    first_kept_id: str | None
+    summary_count: int  # this summary's sequence number in the thread
 
 
 @dataclass(frozen=True)
@@ -53,10 +59,6 @@ class SummaryStep:
     view: list[BaseMessage]
     summary_error: str | None
     write_error: str | None
-    summary_text: str
-
-
-SummaryGenerator = Generator[SaveAndSummarize, SavedSummary, SummaryStep | None]
 
 
 def history_messages(
@@ -84,14 +86,14 @@ def summary_cutoff(effective: EffectiveMessages, keep: int) -> int | None:
     return cutoff
 
 
-def summary_step(
+def plan_summary(
     effective: EffectiveMessages,
     view: Sequence[BaseMessage],
     state_messages: Sequence[BaseMessage],
     config: CompressionConfig,
     thread_id: str | None,
-) -> SummaryGenerator:
-    """Cutoff, history file and summary for `effective` (whose L1 view is `view`)."""
+) -> SummaryPlan | None:
+    """The summary of `effective` (whose L1 view is `view`), or None when there is nothing to summarise."""
     cutoff = summary_cutoff(effective, config.summary_keep_messages)
     if cutoff is None:
         return None
@@ -103,53 +105,62 @@ def summary_step(
         end=global_cutoff,
         previous_file=previous["file_path"] if previous else None,
     )
-    summarised = list(view[:cutoff])
-    saved = yield SaveAndSummarize(span, summarised, history_messages(effective.messages, view, cutoff))
+    return SummaryPlan(
+        span=span,
+        messages=list(view[:cutoff]),
+        history=history_messages(effective.messages, view, cutoff),
+        kept=list(view[cutoff:]),
+        first_kept_id=state_messages[global_cutoff].id,
+        summary_count=(previous.get("summary_count", 0) if previous else 0) + 1,
+    )
+
+
+def finish_summary(plan: SummaryPlan, saved: SavedSummary) -> SummaryStep:
+    """The new event and view, from the plan and what its history write and summary call gave."""
     outcome = saved.outcome
-    text = outcome.text if outcome.ok else failed_summary_text(outcome.error or "", summarised)
-    sequence = (previous.get("summary_count", 0) if previous else 0) + 1
-    summary_message = make_summary_message(text, saved.file_path, sequence)
+    text = outcome.text if outcome.ok else failed_summary_text(outcome.error or "", plan.messages)
+    summary_message = make_summary_message(text, saved.file_path, plan.summary_count)
     event: SummarizationEvent = {
-        "cutoff_index": global_cutoff,
+        "cutoff_index": plan.span.end,
         "summary_message": summary_message,
         "file_path": saved.file_path,
-        "first_kept_id": state_messages[global_cutoff].id,
-        "summary_count": sequence,
+        "first_kept_id": plan.first_kept_id,
+        "summary_count": plan.summary_count,
     }
-    return SummaryStep(event, [summary_message, *view[cutoff:]], outcome.error, saved.write_error, text)
+    return SummaryStep(event, [summary_message, *plan.kept], outcome.error, saved.write_error)
 
 
-def save_history(workdir: Workdir, effect: SaveAndSummarize) -> tuple[str | None, str | None]:
+def save_history(workdir: Workdir, plan: SummaryPlan) -> tuple[str | None, str | None]:
     """(path, None) on success, (None, error) on failure — logged, never raised (S27)."""
     try:
-        return write_history(workdir, effect.span, effect.history), None
+        return write_history(workdir, plan.span, plan.history), None
     except Exception as exc:
-        logger.error("could not save conversation history %s: %s", effect.span, short_error(exc))
+        logger.error("could not save conversation history %s: %s", plan.span, short_error(exc))
         return None, short_error(exc)
 
 
 def save_and_summarize(
-    effect: SaveAndSummarize,
+    plan: SummaryPlan,
     workdir: Workdir,
     model: BaseChatModel,
     config: CompressionConfig,
     timeout: float | None = None,
 ) -> SavedSummary:
-    """The effect carried out in order (sync callers)."""
-    file_path, write_error = save_history(workdir, effect)
-    return SavedSummary(file_path, write_error, summarize(model, config, effect.messages, timeout))
+    """The history write, then the summary call (sync callers); neither raises (S27)."""
+    file_path, write_error = save_history(workdir, plan)
+    return SavedSummary(file_path, write_error, summarize(model, config, plan.messages, timeout))
 
 
 async def asave_and_summarize(
-    effect: SaveAndSummarize,
+    plan: SummaryPlan,
     workdir: Workdir,
     model: BaseChatModel,
     config: CompressionConfig,
     timeout: float | None,
 ) -> SavedSummary:
-    """The effect with the history write and the summary call running concurrently."""
+    """The history write and the summary call running concurrently; neither raises (S27)."""
     (file_path, write_error), outcome = await asyncio.gather(
-        asyncio.to_thread(save_history, workdir, effect),
-        asummarize(model, config, effect.messages, timeout),
+        asyncio.to_thread(save_history, workdir, plan),
+        asummarize(model, config, plan.messages, timeout),
     )
     return SavedSummary(file_path, write_error, outcome)

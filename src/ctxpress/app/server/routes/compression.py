@@ -5,7 +5,7 @@
 
 Errors use the service's JSON shape, with one extra field saying why:
     409 {"error": {"code": "thread_busy", "reason": "running" | "waiting_input" | "queued", …}}
-    502 / 500 {"error": {"code": "compression_failed", "part": "summary" | "history" | "compaction" | "checkpoint", …}}
+    502 / 500 {"error": {"code": "compression_failed", "part": <ctxpress.manual.FailedPart>, …}}
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ctxpress.app.server.usecases.compression import (
     ContextStatus,
     ThreadBusyError,
 )
+from ctxpress.manual import FailedPart
 from ctxpress.pressure import RequestPressure
 from ctxpress.summary.event import SummarizationEvent
 
@@ -174,7 +175,7 @@ class ThreadBusyResponse(BaseModel):
 
 class CompressionFailedDetail(BaseModel):
     code: Literal["compression_failed"]
-    part: Literal["summary", "history", "compaction", "checkpoint"]
+    part: FailedPart
     message: str
 
 

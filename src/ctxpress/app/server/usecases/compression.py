@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -44,16 +44,20 @@ from ctxpress.app.server.usecases.pressure import (
     suggests_compression,
     system_message_of,
 )
-from ctxpress.manual import ManualCompressionError, ManualCompressionResult, compress_now
+from ctxpress.manual import FailedPart, ManualCompressionError, ManualCompressionResult, compress_now
 from ctxpress.middleware import EVENT_KEY
 from ctxpress.pressure import SUGGEST_COMPRESS_RATIO, RequestPressure
 from ctxpress.summary.event import SummarizationEvent
 
 logger = logging.getLogger(__name__)
 
-FailedPart = Literal["history", "summary", "compaction", "checkpoint"]
 #: The summary model is an upstream service (502); the others are this service's storage (500).
-FAILURE_STATUS: Final[dict[str, int]] = {"summary": 502, "history": 500, "compaction": 500, "checkpoint": 500}
+FAILURE_STATUS: Final[dict[FailedPart, int]] = {
+    FailedPart.SUMMARY: 502,
+    FailedPart.HISTORY: 500,
+    FailedPart.COMPACTION: 500,
+    FailedPart.CHECKPOINT: 500,
+}
 
 
 class CompressionNotSupportedError(BadRequestError):
@@ -223,7 +227,8 @@ class CompressionService:
         except Exception as exc:
             logger.exception("manual compression of %s: the checkpoint update failed", conversation_id)
             raise CompressionFailedError(
-                "checkpoint", f"the summary could not be stored in the agent state: {type(exc).__name__}"
+                FailedPart.CHECKPOINT,
+                f"the summary could not be stored in the agent state: {type(exc).__name__}",
             ) from exc
         # The recorded figure described a request the state no longer implies (S19).
         await PressureRepository(session).invalidate(conversation_id)
