@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -26,8 +26,8 @@ from langgraph.config import get_stream_writer
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import ConversationPressure
 from ctxpress.app.server.repositories.pressure import PressureRepository
-from ctxpress.app.server.services.events import CONTEXT_PRESSURE
 from ctxpress.config import CompressionConfig
+from ctxpress.events import pressure_event
 from ctxpress.middleware import EVENT_KEY
 from ctxpress.pressure import SUGGEST_COMPRESS_RATIO, RequestPressure, measure_request
 from ctxpress.summary.event import EffectiveMessages, effective_messages
@@ -35,7 +35,7 @@ from ctxpress.summary.event import EffectiveMessages, effective_messages
 logger = logging.getLogger(__name__)
 
 #: The fields of a `context_pressure` event that make up a `RequestPressure`.
-_FIELDS = ("total", "threshold", "system", "tools", "summary", "messages")
+_FIELDS = tuple(field.name for field in fields(RequestPressure))
 
 
 def publish_pressure(pressure: RequestPressure) -> None:
@@ -44,7 +44,7 @@ def publish_pressure(pressure: RequestPressure) -> None:
         writer = get_stream_writer()
     except RuntimeError:  # a model call outside a graph run: nobody to tell
         return
-    writer({"type": CONTEXT_PRESSURE, **pressure.as_dict()})
+    writer(pressure_event(pressure))
 
 
 def pressure_from_event(data: Mapping[str, Any]) -> RequestPressure | None:
