@@ -17,6 +17,7 @@ from ctxpress.app.doctor.readonly_workdir import ReadThroughWorkdir
 from ctxpress.app.doctor.snapshot import ConversationSnapshot, RunFacts, StoredEvent
 from ctxpress.app.models.reply import BUILTIN_LABEL
 from ctxpress.app.server.db.models import RUN_QUEUED, RUN_RUNNING, RUN_WAITING_INPUT
+from ctxpress.app.server.errors import ErrorCode
 from ctxpress.app.server.services.events import ERROR, MESSAGE_DELTA, RUN_FINISHED
 from ctxpress.compaction import CompactionCache, compact_view
 from ctxpress.compaction.content import content_text
@@ -247,7 +248,7 @@ def check_thread_busy(snapshot: ConversationSnapshot, _window: int | None = None
     return Finding(
         "thread_busy",
         "problem",
-        f"busy: {reason[busy.reason]} — manual compression answers 409 thread_busy now",
+        f"busy: {reason[busy.reason]} — manual compression answers 409 {ErrorCode.THREAD_BUSY} now",
         details,
         {"reason": busy.reason, "active_run_id": busy.active_run_id, "queued": busy.queued_runs},
     )

@@ -27,9 +27,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import Conversation
-from ctxpress.app.server.errors import BadRequestError, ConflictError, NotFoundError, ServiceError
+from ctxpress.app.server.errors import (
+    AgentNotConfiguredError,
+    CompressionFailedError,
+    CompressionNotSupportedError,
+    ServiceError,
+    ThreadBusyError,
+)
 from ctxpress.app.server.repositories.pressure import PressureRepository
-from ctxpress.app.server.repositories.runs import BusyState
 from ctxpress.app.server.repositories.usage import UsageRepository
 from ctxpress.app.server.services.agents import (
     CONTEXT_COMPRESSION,
@@ -57,37 +62,12 @@ logger = logging.getLogger(__name__)
 
 FailedPart = Literal["history", "summary", "compaction", "checkpoint"]
 #: The summary model is an upstream service (502); the others are this service's storage (500).
-FAILURE_STATUS: Final[dict[str, int]] = {"summary": 502, "history": 500, "compaction": 500, "checkpoint": 500}
-
-
-class CompressionNotSupportedError(BadRequestError):
-    """The conversation's agent does not declare the `context_compression` capability (S17)."""
-
-    code = "compression_not_supported"
-
-
-class ThreadBusyError(ConflictError):
-    """S18: a running run, a run waiting for user input, or a queued request."""
-
-    code = "thread_busy"
-
-    def __init__(self, busy: BusyState) -> None:
-        super().__init__(
-            f"the conversation is busy ({busy.reason}); compress when it is idle",
-            details={"active_run_id": busy.active_run_id, "queued_runs": busy.queued_runs},
-        )
-        self.reason = busy.reason
-
-
-class CompressionFailedError(ServiceError):
-    """S28: the history file, the summary (or storing the result) failed; nothing was published."""
-
-    code = "compression_failed"
-
-    def __init__(self, part: FailedPart, message: str) -> None:
-        super().__init__(message)
-        self.part = part
-        self.status_code = FAILURE_STATUS[part]
+FAILURE_STATUS: Final[dict[FailedPart, int]] = {
+    "summary": 502,
+    "history": 500,
+    "compaction": 500,
+    "checkpoint": 500,
+}
 
 
 @dataclass(frozen=True)
@@ -219,7 +199,9 @@ class CompressionService:
                 )
             except ManualCompressionError as exc:
                 logger.warning("manual compression of %s failed (%s): %s", conversation_id, exc.part, exc)
-                raise CompressionFailedError(exc.part, str(exc)) from exc
+                raise CompressionFailedError(
+                    exc.part, str(exc), status_code=FAILURE_STATUS[exc.part]
+                ) from exc
         if not result.compressed or result.event is None:
             return CompressionOutcome.of(conversation_id, result)
         try:
@@ -227,7 +209,9 @@ class CompressionService:
         except Exception as exc:
             logger.exception("manual compression of %s: the checkpoint update failed", conversation_id)
             raise CompressionFailedError(
-                "checkpoint", f"the summary could not be stored in the agent state: {type(exc).__name__}"
+                "checkpoint",
+                f"the summary could not be stored in the agent state: {type(exc).__name__}",
+                status_code=FAILURE_STATUS["checkpoint"],
             ) from exc
         # The recorded figure described a request the state no longer implies (S19).
         await PressureRepository(session).invalidate(conversation_id)
@@ -261,7 +245,7 @@ class CompressionService:
     def _runtime(self, agent_name: str) -> AgentRuntime:
         runtime = self.agents.get(agent_name)
         if runtime is None:
-            raise NotFoundError(f"agent {agent_name!r} is not configured any more", code="unknown_agent")
+            raise AgentNotConfiguredError(f"agent {agent_name!r} is not configured any more")
         return runtime
 
 
