@@ -432,3 +432,34 @@ class HealthOut(BaseModel):
     database: Literal["sqlite", "postgresql"]
     version: str
     builtin_model_agents: list[str]
+
+
+class VocabularyOut(BaseModel):
+    """Names and values a client shares with the service: read them here instead of copying them."""
+
+    #: The SSE event types of a run's stream (`GET /api/runs/{id}/events`).
+    events: dict[str, str]
+    #: `status`, `level` and `reason` of a `context_compression` event (S20).
+    statuses: dict[str, str]
+    levels: dict[str, str]
+    reasons: dict[str, str]
+    run_statuses: dict[str, str]
+    #: `error.code` of every error answer.
+    error_codes: dict[str, str]
+    #: What an agent may declare (`context_compression`: the compress button, S17).
+    capabilities: dict[str, str]
+    usage_categories: dict[str, str]
+    #: Workdir folders the middleware writes to (offloaded tool results, summarised history).
+    workdir_dirs: dict[str, str]
+    #: `reason` of `thread_busy` and of a busy `GET …/status`.
+    busy_reasons: list[str]
+    #: `queued_because` of a queued run.
+    queued_reasons: list[str]
+    #: `part` of `compression_failed`.
+    failed_parts: list[str]
+    #: The first text of a summary message (S21: never shown as a chat message).
+    summary_marker: str
+    #: The state key holding the current summary (`GET …/state` `values`).
+    summary_event_key: str
+    #: The status panel suggests manual compression from this share of the threshold (S22).
+    suggest_ratio: float

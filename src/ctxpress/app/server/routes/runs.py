@@ -61,8 +61,8 @@ async def run_events(
     """The run's events as SSE, each with an `id:`; reconnect with `Last-Event-ID` to continue.
 
     Event types: run_queued, run_started, message_delta, message, tool_call, tool_result,
-    context_compression, usage, interrupt, run_finished, error, custom. The stream ends when the run
-    finishes or waits for input.
+    context_compression, context_pressure, usage, interrupt, run_finished, error, custom (the list, by
+    name: `GET /api/vocabulary`). The stream ends when the run finishes or waits for input.
     """
     await services.runs.get_owned(user, run_id)
     cursor = after or 0
