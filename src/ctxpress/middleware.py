@@ -42,7 +42,7 @@ from langgraph.types import Command
 from ctxpress.compaction import CompactionCache, CompactionResult, compact_view
 from ctxpress.compaction.view import DEFAULT_CACHE
 from ctxpress.config import CompressionConfig
-from ctxpress.events import CompressionEvents, Level
+from ctxpress.events import CONTEXT_OVERFLOW, L1, L2, CompressionDetails, CompressionEvents, Level
 from ctxpress.overflow_trim import trim_kept_tool_results
 from ctxpress.pressure import RequestPressure, measure_request
 from ctxpress.summary.event import (
@@ -267,20 +267,20 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         try:
             if tokens_before < threshold:
                 return (yield from self._send(call, call.effective.messages, tokens_before, tokens_before))
-            call.events.started("l1", tokens_before, threshold=threshold)
+            call.events.started(L1, tokens_before, threshold=threshold)
             l1: CompactionResult = yield BuildL1View(call.effective.messages)
             tokens_l1 = self._count(call, l1.messages)
             if tokens_l1 < threshold:
-                return (yield from self._send(call, l1.messages, tokens_before, tokens_l1, "l1", l1))
+                return (yield from self._send(call, l1.messages, tokens_before, tokens_l1, L1, l1))
             summary = yield from self._summarize(call, l1)
             if summary is None:  # nothing left to summarise: send the L1 view (it may still fit)
-                return (yield from self._send(call, l1.messages, tokens_before, tokens_l1, "l1", l1))
+                return (yield from self._send(call, l1.messages, tokens_before, tokens_l1, L1, l1))
             tokens_l2 = self._count(call, summary.view)
-            return (yield from self._send(call, summary.view, tokens_before, tokens_l2, "l2", l1))
+            return (yield from self._send(call, summary.view, tokens_before, tokens_l2, L2, l1))
         except (GraphBubbleUp, ContextOverflowError):
             raise
         except Exception as exc:
-            call.events.failed("l2" if EVENT_KEY in call.state_update else "l1", short_error(exc))
+            call.events.failed(L2 if EVENT_KEY in call.state_update else L1, short_error(exc))
             raise
 
     def _send(
@@ -299,7 +299,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             return (yield from self._forced(call, view, tokens_after, tokens_before, l1, overflow))
         self._record_pressure(call, view, tokens_after)
         if level is not None:
-            call.events.completed(level, tokens_before, tokens_after, **_details(l1, call.summary))
+            call.events.completed(level, tokens_before, tokens_after, _details(l1, call.summary))
         return _response(response, call.state_update)
 
     def _forced(
@@ -313,7 +313,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
     ) -> Flow:
         """S6: an overflow forces L1 + L2; then tail trimming (S30); else `failed` and raise."""
         logger.warning("context overflow from the main model; forcing a summary")
-        call.events.started("l2", tokens_before, reason="context_overflow")
+        call.events.started(L2, tokens_before, reason=CONTEXT_OVERFLOW)
         try:
             if l1 is None:
                 l1 = yield BuildL1View(call.effective.messages)
@@ -342,7 +342,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         except GraphBubbleUp:
             raise
         except Exception as exc:
-            call.events.failed("l2", short_error(exc), reason="context_overflow")
+            call.events.failed(L2, short_error(exc), reason=CONTEXT_OVERFLOW)
             raise
 
     def _finish_forced(
@@ -358,7 +358,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         details = _details(l1, call.summary)
         if "messages" in call.state_update:
             details["trimmed_tool_results"] = len(call.state_update["messages"])
-        call.events.completed("l2", tokens_before, tokens_after, reason="context_overflow", **details)
+        call.events.completed(L2, tokens_before, tokens_after, details, reason=CONTEXT_OVERFLOW)
         return _response(response, call.state_update)
 
     def _summarize(self, call: _Call, l1: CompactionResult) -> Generator[Effect, Any, SummaryStep | None]:
@@ -396,8 +396,8 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             logger.exception("pressure callback failed")
 
 
-def _details(l1: CompactionResult | None, summary: SummaryStep | None) -> dict[str, Any]:
-    details: dict[str, Any] = {}
+def _details(l1: CompactionResult | None, summary: SummaryStep | None) -> CompressionDetails:
+    details: CompressionDetails = {}
     if l1 is not None:
         details["files_written"] = [item.path for item in l1.files_written]
         details["offloaded"] = len(l1.offloaded)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
@@ -32,9 +32,6 @@ class RequestPressure:
     @property
     def suggest_compress(self) -> bool:
         return self.ratio >= SUGGEST_COMPRESS_RATIO
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "ratio": self.ratio, "suggest_compress": self.suggest_compress}
 
 
 def measure_request(

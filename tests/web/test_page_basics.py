@@ -6,8 +6,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import httpx
 import pytest
 from playwright.sync_api import Page, expect
+
+from ctxpress.pressure import SUGGEST_COMPRESS_RATIO
+from ctxpress.summary.event import SUMMARY_MARKER
 
 from .conftest import WebService
 from .support import tool_message
@@ -129,12 +133,15 @@ def test_language_switch_and_keyboard(page: Page, web_service: WebService) -> No
 
 
 def test_page_modules(page: Page, web_service: WebService) -> None:
-    """The page's own helpers, run in the browser: one token unit (K = 1024), levels, the SSE parser."""
+    """The page's own helpers, run in the browser: one token unit (K = 1024), levels, the SSE parser,
+    and the service's vocabulary (the suggestion ratio, the summary marker, …) as the page holds it."""
     page.goto(web_service.url)
     results = page.evaluate(
         """async () => {
           const f = await import('/static/js/format.js');
           const api = await import('/static/js/api.js');
+          const vocabulary = await import('/static/js/vocabulary.js');
+          const chat = await import('/static/js/chat.js');
           const bytes = new TextEncoder().encode(
             'id: 1\\r\\nevent: message_delta\\r\\ndata: {"delta":"你好"}\\r\\n\\r\\n: ping\\r\\n\\r\\n' +
             'id: 2\\nevent: run_finished\\ndata: {"status":\\ndata: "ok"}\\n\\n');
@@ -149,7 +156,9 @@ def test_page_modules(page: Page, web_service: WebService) -> None:
             tokens: [f.formatTokens(950), f.formatTokens(1024), f.formatTokens(1536), f.formatTokens(24576), f.formatTokens(102400)],
             percent: [f.formatPercent(0.8712), f.formatPercent(1.37)],
             levels: [f.pressureLevel(0.74), f.pressureLevel(0.75), f.pressureLevel(0.89), f.pressureLevel(0.9)],
-            suggest: f.SUGGEST_COMPRESS_RATIO,
+            vocabulary: vocabulary.VOCABULARY,
+            frozen: Object.isFrozen(vocabulary.VOCABULARY.events),
+            hidden: [chat.isSummaryText(vocabulary.VOCABULARY.summary_marker + ' 摘要'), chat.isSummaryText('摘要')],
             events,
           };
         }"""
@@ -157,7 +166,13 @@ def test_page_modules(page: Page, web_service: WebService) -> None:
     assert results["tokens"] == ["950", "1K", "1.5K", "24K", "100K"]
     assert results["percent"] == ["87%", "137%"]
     assert results["levels"] == ["ok", "warn", "warn", "high"]
-    assert results["suggest"] == 0.85
+    # The page holds the service's own values, not copies of them.
+    served = httpx.get(f"{web_service.server.base_url}/api/vocabulary").json()
+    assert results["vocabulary"] == served
+    assert results["vocabulary"]["suggest_ratio"] == SUGGEST_COMPRESS_RATIO
+    assert results["vocabulary"]["summary_marker"] == SUMMARY_MARKER
+    assert results["frozen"] is True
+    assert results["hidden"] == [True, False]
     assert results["events"] == [
         {"event": "message_delta", "data": '{"delta":"你好"}', "id": "1"},
         {"event": "run_finished", "data": '{"status":\n"ok"}', "id": "2"},

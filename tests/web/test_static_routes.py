@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -117,3 +118,49 @@ def test_every_string_exists_in_chinese_and_english() -> None:
     html = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
     used |= set(re.findall(r'data-i18n(?:-placeholder|-aria-label)?="(\w+)"', html))
     assert used - chinese == set(), "strings used but not defined"
+
+
+def _values(vocabulary: dict[str, Any]) -> set[str]:
+    found: set[str] = set()
+    for value in vocabulary.values():
+        if isinstance(value, dict):
+            found |= set(value.values())
+        elif isinstance(value, list):
+            found |= set(value)
+        elif isinstance(value, str):
+            found.add(value)
+    return found
+
+
+def test_no_module_copies_a_value_of_the_vocabulary(client: TestClient) -> None:
+    """Names the service defines reach the page through `GET /api/vocabulary`, never as copies.
+
+    (Short plain words such as "message" or "error" are also CSS classes and element names: only
+    values a module could not spell by accident are looked for — with `_`, `:`, `/` or `[`.)
+    """
+    vocabulary = client.get("/api/vocabulary").json()
+    distinctive = {value for value in _values(vocabulary) if re.search(r"[_:/\[]", value)}
+    assert {"context_compression", "thread_busy", "[ctxpress:summary]"} <= distinctive  # the premise
+    literal = re.compile(r"""(["'`])((?:(?!\1).)*)\1""")
+    comment = re.compile(r"/\*.*?\*/|(?:^|(?<=\s))//[^\n]*", re.DOTALL | re.MULTILINE)
+    for path in JS_DIR.glob("*.js"):
+        source = comment.sub("", path.read_text(encoding="utf-8"))
+        copies = {text for _quote, text in literal.findall(source) if text in distinctive}
+        assert copies == set(), f"{path.name} copies {copies}"
+        assert str(vocabulary["suggest_ratio"]) not in source, path.name
+        assert f".{vocabulary['summary_event_key']}" not in source, path.name
+
+
+def test_the_page_has_words_for_every_value_it_shows(client: TestClient) -> None:
+    """Statuses, levels, reasons and failed parts come from the service; the page looks up their words."""
+    vocabulary = client.get("/api/vocabulary").json()
+    source = (JS_DIR / "i18n.js").read_text(encoding="utf-8")
+    words = _dictionary(source, "zh")
+    wanted = {f"ev_{status}" for status in vocabulary["statuses"].values()}
+    wanted |= {f"evLevel_{level}" for level in vocabulary["levels"].values()}
+    wanted |= {f"busy_{reason}" for reason in vocabulary["busy_reasons"]}
+    wanted |= {f"status_{reason}" for reason in vocabulary["busy_reasons"]}
+    wanted |= {f"queuedBecause_{reason}" for reason in vocabulary["queued_reasons"]}
+    wanted |= {f"part_{part}" for part in vocabulary["failed_parts"]}
+    wanted |= {f"group_{folder.rsplit('/', 1)[-1]}" for folder in vocabulary["workdir_dirs"].values()}
+    assert wanted - words == set()

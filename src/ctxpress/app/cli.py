@@ -29,6 +29,7 @@ from ctxpress.app.server.runtime.container import agent_definitions, open_databa
 from ctxpress.app.server.settings import Settings
 from ctxpress.app.server.usecases.auth import AuthService, IssuedToken
 from ctxpress.config import CompressionConfig
+from ctxpress.events import L1, L2
 from ctxpress.tools.replay_report import (
     ConversationFigures,
     ReplayReport,
@@ -420,7 +421,7 @@ def _print_calls(figures: ConversationFigures, report: ReplayReport, shown: Call
         title_justify="left",
     )
     for call in rows:
-        decision = {None: "—", "l1": "[yellow]L1[/yellow]", "l2": "[red]L2[/red]"}[call.level]
+        decision = {None: "—", L1: "[yellow]L1[/yellow]", L2: "[red]L2[/red]"}[call.level]
         if call.failed:
             decision += f" [red]failed: {escape(call.failed[:60])}[/red]"
         sent = f"{call.tokens_sent:,}" + (
@@ -443,7 +444,7 @@ def _print_replay_summary(report: ReplayReport) -> None:
     failed = [conversation for conversation in report.conversations if conversation.error]
     lines = [
         f"{_count(len(report.conversations), 'conversation')}, {_count(len(report.calls), 'model call')}: "
-        f"{report.count('l1'):,} with L1 only, {report.count('l2'):,} with L2 (summary)",
+        f"{report.count(L1):,} with L1 only, {report.count(L2):,} with L2 (summary)",
         f"tokens saved (approximate): {report.tokens_saved:,}",
     ]
     if report.context_window:

@@ -17,6 +17,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 from langgraph.runtime import Runtime
 
+from ctxpress.events import COMPLETED, CONTEXT_COMPRESSION, CompressionEvent, Level
 from ctxpress.middleware import EVENT_KEY, ContextCompressionMiddleware
 from ctxpress.summary.event import effective_messages
 from ctxpress.tokens import count_request_tokens
@@ -29,19 +30,21 @@ class ReplayStep:
     position: int  # index of the recorded AI message
     tokens_before: int  # the effective request before compression
     tokens_sent: int  # what the model received
-    events: list[dict[str, Any]]
+    events: list[CompressionEvent]
     view: list[BaseMessage] | None = None
 
     @property
-    def level(self) -> str | None:
-        done = [e for e in self.events if e.get("status") == "completed"]
-        return str(done[-1]["level"]) if done else None
+    def level(self) -> Level | None:
+        done = [e for e in self.events if e["status"] == COMPLETED]
+        return done[-1]["level"] if done else None
 
     @property
     def files_written(self) -> list[str]:
-        return [path for e in self.events for path in e.get("files_written", [])] + [
-            e["file_path"] for e in self.events if e.get("status") == "completed" and e.get("file_path")
+        written = [
+            path for e in self.events if e["status"] == COMPLETED for path in e.get("files_written", [])
         ]
+        histories = [path for e in self.events if e["status"] == COMPLETED and (path := e.get("file_path"))]
+        return written + histories
 
 
 @dataclass
@@ -110,7 +113,7 @@ def _one_call(
     position: int,
     profile: str,
 ) -> ReplayStep:
-    events: list[dict[str, Any]] = []
+    events: list[Any] = []  # everything the stream writer receives
     sent: list[list[BaseMessage]] = []
 
     def handler(request: ModelRequest) -> ModelResponse:
@@ -136,7 +139,7 @@ def _one_call(
         position=position,
         tokens_before=tokens_before,
         tokens_sent=count_request_tokens(view, system, tools, profile),
-        events=[e for e in events if e.get("type") == "context_compression"],
+        events=[e for e in events if e.get("type") == CONTEXT_COMPRESSION],
         view=view,
     )
 

@@ -23,14 +23,13 @@ from langchain_core.messages import AIMessage, SystemMessage
 
 from ctxpress.compaction import CompactionCache
 from ctxpress.config import CompressionConfig
+from ctxpress.events import FAILED, L1, L2, Level
 from ctxpress.middleware import ContextCompressionMiddleware
 from ctxpress.pressure import SUGGEST_COMPRESS_RATIO
 from ctxpress.tokens import count_request_tokens
 from ctxpress.tools.replay import ReplayStep, replay_messages
 from ctxpress.tools.traces import Conversation
 from ctxpress.workdir import LocalWorkdir
-
-Level = str | None
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,7 @@ class CallFigures:
     position: int  # index of the recorded AI message (after the system message)
     tokens_before: int
     tokens_sent: int
-    level: Level  # None, "l1" or "l2"
+    level: Level | None  # None: sent as it was
     files_written: tuple[str, ...]
     failed: str | None = None
 
@@ -60,7 +59,7 @@ class ConversationFigures:
     calls: list[CallFigures] = field(default_factory=list)
     error: str | None = None
 
-    def count(self, level: str) -> int:
+    def count(self, level: Level) -> int:
         return sum(1 for call in self.calls if call.level == level)
 
     @property
@@ -95,7 +94,7 @@ class ReplayReport:
     def calls(self) -> list[CallFigures]:
         return [call for conversation in self.conversations for call in conversation.calls]
 
-    def count(self, level: str) -> int:
+    def count(self, level: Level) -> int:
         return sum(conversation.count(level) for conversation in self.conversations)
 
     @property
@@ -175,7 +174,7 @@ def replay_conversation(
 
 
 def _call_figures(number: int, step: ReplayStep) -> CallFigures:
-    failed = next((str(event.get("error")) for event in step.events if event.get("status") == "failed"), None)
+    failed = next((event["error"] for event in step.events if event["status"] == FAILED), None)
     return CallFigures(
         number=number,
         position=step.position,
@@ -258,8 +257,8 @@ def _summary_table(report: ReplayReport) -> str:
     rows = [
         ("conversations", f"{len(report.conversations):,}"),
         ("model calls", f"{len(report.calls):,}"),
-        ("calls with L1 only", f"{report.count('l1'):,}"),
-        ("calls with L2 (summary)", f"{report.count('l2'):,}"),
+        ("calls with L1 only", f"{report.count(L1):,}"),
+        ("calls with L2 (summary)", f"{report.count(L2):,}"),
         ("tokens saved (approx.)", f"{report.tokens_saved:,}"),
         (
             "peak estimate before / sent",
@@ -299,8 +298,8 @@ def _legend(report: ReplayReport) -> str:
 
 def _conversation_section(report: ReplayReport, conversation: ConversationFigures) -> str:
     heading = (
-        f"{conversation.name} — {len(conversation.calls)} calls, L1 {conversation.count('l1')}, "
-        f"L2 {conversation.count('l2')}, saved {conversation.tokens_saved:,} tokens"
+        f"{conversation.name} — {len(conversation.calls)} calls, L1 {conversation.count(L1)}, "
+        f"L2 {conversation.count(L2)}, saved {conversation.tokens_saved:,} tokens"
     )
     error = f'<p class="error">{html.escape(conversation.error)}</p>' if conversation.error else ""
     return (
@@ -338,8 +337,8 @@ def _conversation_table(report: ReplayReport) -> str:
             conversation.name,
             f"{conversation.messages:,}",
             f"{len(conversation.calls):,}",
-            str(conversation.count("l1")),
-            str(conversation.count("l2")),
+            str(conversation.count(L1)),
+            str(conversation.count(L2)),
             f"{conversation.peak_before:,}",
             f"{conversation.peak_sent:,}",
             f"{conversation.tokens_saved:,}",
@@ -403,13 +402,13 @@ def _plot(report: ReplayReport, calls: Sequence[CallFigures], label: str, bounda
             + (f", failed: {call.failed}" if call.failed else "")
         )
         cx, cy = x(index), y(ratios_sent[index])
-        if call.level == "l2":
+        if call.level == L2:
             d = size + 1.5  # a diamond
             parts.append(
                 f'<path class="mark-l2" d="M{cx:.1f} {cy - d:.1f} L{cx + d:.1f} {cy:.1f} L{cx:.1f} {cy + d:.1f} '
                 f'L{cx - d:.1f} {cy:.1f} Z" fill="{COLOR_L2}"><title>{tip}</title></path>'
             )
-        elif call.level == "l1":
+        elif call.level == L1:
             parts.append(
                 f'<circle class="mark-l1" cx="{cx:.1f}" cy="{cy:.1f}" r="{size}" fill="{COLOR_L1}"><title>{tip}</title></circle>'
             )

@@ -16,8 +16,12 @@ from ctxpress.app.doctor.findings import Finding
 from ctxpress.app.doctor.readonly_workdir import ReadThroughWorkdir
 from ctxpress.app.doctor.snapshot import ConversationSnapshot, RunFacts, StoredEvent
 from ctxpress.app.models.reply import BUILTIN_LABEL
+from ctxpress.app.server.db.models import RUN_QUEUED, RUN_RUNNING, RUN_WAITING_INPUT
+from ctxpress.app.server.errors import ErrorCode
+from ctxpress.app.server.runtime.events import ERROR, MESSAGE_DELTA, RUN_FINISHED
 from ctxpress.compaction import CompactionCache, compact_view
 from ctxpress.compaction.content import content_text
+from ctxpress.events import COMPLETED, CONTEXT_COMPRESSION, CONTEXT_PRESSURE, FAILED, L2, STARTED
 from ctxpress.summary.event import SUMMARY_MARKER, effective_messages
 from ctxpress.summary.history import read_history
 from ctxpress.summary.recovery import RecoveryError, recover_messages
@@ -25,8 +29,6 @@ from ctxpress.summary.summarizer import summary_output_budget
 from ctxpress.tokens import count_message_tokens, count_request_tokens, count_tools_tokens
 from ctxpress.workdir import WorkdirError
 
-COMPRESSION_EVENT = "context_compression"
-PRESSURE_EVENT = "context_pressure"
 OVERFLOW_WORDS = (
     "ContextOverflowError",
     "context length",
@@ -56,21 +58,21 @@ def check_started_not_completed(snapshot: ConversationSnapshot, _window: int | N
     for run in snapshot.runs:
         open_event: StoredEvent | None = None
         unmatched: list[StoredEvent] = []
-        for event in run.events_of(COMPRESSION_EVENT):
+        for event in run.events_of(CONTEXT_COMPRESSION):
             events_seen += 1
             status = event.data.get("status")
-            if status == "started":
+            if status == STARTED:
                 if open_event is not None:
                     unmatched.append(open_event)
                 open_event = event
-            elif status in ("completed", "failed"):
+            elif status in (COMPLETED, FAILED):
                 open_event = None
-                if status == "failed":
+                if status == FAILED:
                     problems.append(
                         f"run {run.id}: {event.data.get('level', '?')} compression failed at {_when(event)}: "
                         f"{event.data.get('error', '(no error text)')}"
                     )
-        if open_event is not None and run.status == "running":
+        if open_event is not None and run.status == RUN_RUNNING:
             in_progress.append(
                 f"run {run.id} is running: its {open_event.data.get('level')} compression is in progress"
             )
@@ -108,13 +110,11 @@ def check_started_not_completed(snapshot: ConversationSnapshot, _window: int | N
 
 def _run_error_lines(run: RunFacts) -> list[str]:
     lines = [f"  run {run.id} error: {run.error}"] if run.error else []
-    lines.extend(
-        f"  run {run.id} error event: {event.data.get('message')}" for event in run.events_of("error")
-    )
-    finished = run.events_of("run_finished")
+    lines.extend(f"  run {run.id} error event: {event.data.get('message')}" for event in run.events_of(ERROR))
+    finished = run.events_of(RUN_FINISHED)
     if finished:
         lines.append(f"  run {run.id} finished: {finished[-1].data.get('status')}")
-    elif run.status not in ("running", "waiting_input", "queued"):
+    elif run.status not in (RUN_RUNNING, RUN_WAITING_INPUT, RUN_QUEUED):
         lines.append(f"  run {run.id} has no run_finished event (status {run.status})")
     if not lines:
         lines.append(f"  run {run.id} recorded no error (status {run.status})")
@@ -128,8 +128,8 @@ def check_old_content(snapshot: ConversationSnapshot, _window: int | None = None
     summaries = [
         (run, event)
         for run in snapshot.runs
-        for event in run.events_of(COMPRESSION_EVENT)
-        if event.data.get("status") == "completed" and event.data.get("level") == "l2"
+        for event in run.events_of(CONTEXT_COMPRESSION)
+        if event.data.get("status") == COMPLETED and event.data.get("level") == L2
     ]
     event = snapshot.summarization_event
     if event is None:
@@ -209,7 +209,7 @@ def check_old_content(snapshot: ConversationSnapshot, _window: int | None = None
 def check_thread_busy(snapshot: ConversationSnapshot, _window: int | None = None) -> Finding:
     """S18: an active run, a run waiting for the user, or FIFO-queued requests make compression busy."""
     busy = snapshot.busy
-    queued = [run for run in snapshot.runs if run.status == "queued"]
+    queued = [run for run in snapshot.runs if run.status == RUN_QUEUED]
     if busy is None:
         return Finding(
             "thread_busy",
@@ -219,7 +219,7 @@ def check_thread_busy(snapshot: ConversationSnapshot, _window: int | None = None
         )
     details: list[str] = []
     active = snapshot.run(busy.active_run_id) if busy.active_run_id else None
-    if active is not None and active.status == "running":
+    if active is not None and active.status == RUN_RUNNING:
         details.append(
             f"run {active.id} is running since {active.started_at:%Y-%m-%d %H:%M:%S}"
             if active.started_at
@@ -230,7 +230,7 @@ def check_thread_busy(snapshot: ConversationSnapshot, _window: int | None = None
                 f"its lease runs until {active.lease_expires_at:%Y-%m-%d %H:%M:%S} (UTC); an expired lease is failed by the recovery sweep"
             )
         details.append(f"wait for it, or cancel it: POST /api/runs/{active.id}/cancel")
-    if active is not None and active.status == "waiting_input":
+    if active is not None and active.status == RUN_WAITING_INPUT:
         for item in active.interrupts:
             value = item.get("value")
             question = value.get("question") if isinstance(value, dict) else value
@@ -248,7 +248,7 @@ def check_thread_busy(snapshot: ConversationSnapshot, _window: int | None = None
     return Finding(
         "thread_busy",
         "problem",
-        f"busy: {reason[busy.reason]} — manual compression answers 409 thread_busy now",
+        f"busy: {reason[busy.reason]} — manual compression answers 409 {ErrorCode.THREAD_BUSY} now",
         details,
         {"reason": busy.reason, "active_run_id": busy.active_run_id, "queued": busy.queued_runs},
     )
@@ -351,7 +351,7 @@ def _largest(messages: list[BaseMessage], profile: str) -> list[str]:
 
 def _last_pressure(snapshot: ConversationSnapshot) -> str | None:
     for run in reversed(snapshot.runs):
-        events = [event for event in run.events_of(PRESSURE_EVENT) if not event.data.get("namespace")]
+        events = [event for event in run.events_of(CONTEXT_PRESSURE) if not event.data.get("namespace")]
         if events:
             data = events[-1].data
             return (
@@ -365,11 +365,11 @@ def _last_pressure(snapshot: ConversationSnapshot) -> str | None:
 def _overflow_errors(snapshot: ConversationSnapshot) -> list[str]:
     found = []
     for run in snapshot.runs:
-        texts = [run.error or "", *(str(e.data.get("message", "")) for e in run.events_of("error"))]
+        texts = [run.error or "", *(str(e.data.get("message", "")) for e in run.events_of(ERROR))]
         texts.extend(
             str(e.data.get("error", ""))
-            for e in run.events_of(COMPRESSION_EVENT)
-            if e.data.get("status") == "failed"
+            for e in run.events_of(CONTEXT_COMPRESSION)
+            if e.data.get("status") == FAILED
         )
         for text in texts:
             if any(word.lower() in text.lower() for word in OVERFLOW_WORDS):
@@ -399,7 +399,7 @@ def check_summary_in_front_end(snapshot: ConversationSnapshot, _window: int | No
     deltas = 0
     for run in snapshot.runs:
         streamed: dict[str, str] = {}
-        for delta in run.events_of("message_delta"):
+        for delta in run.events_of(MESSAGE_DELTA):
             deltas += 1
             key = str(delta.data.get("message_id"))
             streamed[key] = streamed.get(key, "") + str(delta.data.get("delta", ""))

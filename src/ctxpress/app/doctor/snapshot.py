@@ -29,6 +29,7 @@ from ctxpress.app.server.runtime.checkpoints import open_checkpointer
 from ctxpress.app.server.runtime.container import agent_definitions, open_database
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.app.server.settings import Settings
+from ctxpress.middleware import EVENT_KEY
 from ctxpress.workdir import LocalWorkdir, WorkdirFile
 
 
@@ -179,6 +180,6 @@ async def _read_state(
             return
     values = state.values or {}
     snapshot.state_messages = list(values.get("messages", []))
-    event = values.get("_summarization_event")
+    event = values.get(EVENT_KEY)
     snapshot.summarization_event = dict(event) if isinstance(event, dict) else None
     snapshot.state_interrupts = [{"id": item.id, "value": item.value} for item in state.interrupts]

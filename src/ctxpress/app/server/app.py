@@ -1,7 +1,8 @@
 """`create_app(settings)`: the FastAPI application of the chat service.
 
 Migrations, the checkpointer, the agents' graphs and the run worker start with the app (lifespan)
-and stop with it. Every error answers with one JSON shape: `{"error": {"code", "message", "details"?}}`.
+and stop with it. Every error, FastAPI's own included, answers with the one body of `errors.py`:
+`{"error": {"code", "message", <its own fields>, "details"?}}`.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -19,22 +19,21 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ctxpress import __version__
 from ctxpress.app.server.agents_file import AgentDefinition
-from ctxpress.app.server.errors import PayloadTooLargeError, ServiceError
+from ctxpress.app.server.errors import (
+    BadRequestError,
+    InternalError,
+    MalformedJsonError,
+    PayloadTooLargeError,
+    RequestValidationFailedError,
+    ServiceError,
+    error_for_status,
+)
 from ctxpress.app.server.routes import ROUTERS, web
 from ctxpress.app.server.runtime.container import open_services
+from ctxpress.app.server.schemas import DEFAULT_ERROR_RESPONSE
 from ctxpress.app.server.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-_STATUS_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-}
 
 
 def create_app(
@@ -54,6 +53,7 @@ def create_app(
         version=__version__,
         description="Agent conversations with context compression: runs, SSE events, usage, workdir files.",
         lifespan=lifespan,
+        responses={"default": DEFAULT_ERROR_RESPONSE},
     )
     for router in ROUTERS:
         app.include_router(router)
@@ -63,44 +63,45 @@ def create_app(
     return app
 
 
-def error_response(status_code: int, code: str, message: str, details: Any = None) -> JSONResponse:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if details is not None:
-        error["details"] = details
-    headers = {"WWW-Authenticate": "Bearer"} if status_code == 401 else None
-    return JSONResponse({"error": error}, status_code=status_code, headers=headers)
+def error_response(error: ServiceError) -> JSONResponse:
+    """The one rendering of an error (`ServiceError.body()`), for every handler below."""
+    headers = dict(error.headers) if error.headers else None
+    return JSONResponse(error.body(), status_code=error.status_code, headers=headers)
 
 
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        return error_response(exc.status_code, exc.code, exc.message, exc.details)
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
-        if any(error.get("type") == "json_invalid" for error in errors):
-            return error_response(400, "malformed_json", "the request body is not valid JSON")
-        # Only where and what: echoing the rejected input back could be large or sensitive.
-        details = [
-            {
-                "loc": list(error.get("loc", ())),
-                "message": error.get("msg", ""),
-                "type": error.get("type", ""),
-            }
-            for error in errors
-        ]
-        return error_response(422, "validation_error", "the request is not valid", details)
+        return error_response(_validation_failure(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = _STATUS_CODES.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, code, str(exc.detail))
+        return error_response(error_for_status(exc.status_code, str(exc.detail)))
 
     @app.exception_handler(Exception)
     async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(500, "internal_error", "internal error; see the service log")
+        return error_response(InternalError("internal error; see the service log"))
+
+
+def _validation_failure(exc: RequestValidationError) -> ServiceError:
+    errors = exc.errors()
+    if any(error.get("type") == "json_invalid" for error in errors):
+        return MalformedJsonError("the request body is not valid JSON")
+    # Only where and what: echoing the rejected input back could be large or sensitive.
+    details = [
+        {
+            "loc": list(error.get("loc", ())),
+            "message": error.get("msg", ""),
+            "type": error.get("type", ""),
+        }
+        for error in errors
+    ]
+    return RequestValidationFailedError("the request is not valid", details=details)
 
 
 class BodySizeLimitMiddleware:
@@ -118,14 +119,14 @@ class BodySizeLimitMiddleware:
             await self.app(scope, receive, send)
             return
         too_large = error_response(
-            413, PayloadTooLargeError.code, f"the request body is larger than {self.max_bytes} bytes"
+            PayloadTooLargeError(f"the request body is larger than {self.max_bytes} bytes")
         )
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
                     declared = int(value)
                 except ValueError:
-                    await error_response(400, "bad_request", "invalid Content-Length")(scope, receive, send)
+                    await error_response(BadRequestError("invalid Content-Length"))(scope, receive, send)
                     return
                 if declared > self.max_bytes:
                     await too_large(scope, receive, send)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from ctxpress.app.server.db.models import Conversation, Message, Run, User
-from ctxpress.app.server.repositories.runs import BusyState
+from ctxpress.app.server.errors import ErrorCode
+from ctxpress.app.server.repositories.runs import BusyReason, BusyState
 from ctxpress.app.server.runtime.agents import AgentRuntime
+from ctxpress.app.server.usecases.compression import FAILURE_STATUS, CompressionOutcome, ContextStatus
+from ctxpress.manual import FailedPart
+from ctxpress.pressure import RequestPressure
+from ctxpress.summary.event import SummarizationEvent
 
 RunStatus = Literal["queued", "running", "waiting_input", "succeeded", "failed", "cancelled"]
 
@@ -45,14 +50,46 @@ class ResumeRunRequest(RequestBody):
     )
 
 
+# --- error bodies (`errors.py` renders them; these document them) -------------------------------
+
+
 class ErrorDetail(BaseModel):
-    code: str
+    code: ErrorCode
     message: str
     details: Any = None
 
 
 class ErrorResponse(BaseModel):
+    """The body of every error answer; some codes add their own fields (below)."""
+
     error: ErrorDetail
+
+
+class ThreadBusyDetail(BaseModel):
+    code: Literal[ErrorCode.THREAD_BUSY]
+    message: str
+    reason: BusyReason
+    details: dict[str, Any] | None = None
+
+
+class ThreadBusyResponse(BaseModel):
+    error: ThreadBusyDetail
+
+
+class CompressionFailedDetail(BaseModel):
+    code: Literal[ErrorCode.COMPRESSION_FAILED]
+    message: str
+    part: FailedPart = Field(
+        description="The step that failed: " + ", ".join(FAILURE_STATUS),
+    )
+
+
+class CompressionFailedResponse(BaseModel):
+    error: CompressionFailedDetail
+
+
+#: Documented on every route: whatever the status, an error answers with `ErrorResponse`.
+DEFAULT_ERROR_RESPONSE: Final = {"model": ErrorResponse, "description": "An error (`error.code` says which)."}
 
 
 class UserOut(BaseModel):
@@ -123,7 +160,7 @@ class ConversationStatus(BaseModel):
 
     conversation_id: str
     busy: bool
-    reason: Literal["running", "waiting_input", "queued"] | None
+    reason: BusyReason | None
     active_run_id: str | None
     queued_runs: int
 
@@ -220,6 +257,135 @@ class StateOut(BaseModel):
     interrupts: list[dict[str, Any]]
 
 
+# --- manual compression and the context status panel (S17–S19, S22) -----------------------------
+
+
+class CompressOut(BaseModel):
+    conversation_id: str
+    compressed: bool
+    #: Why nothing was compressed (`compressed` false).
+    reason: str | None
+    tokens_before: int
+    tokens_after: int
+    #: Position in the full message list of the first message not summarised (cumulative).
+    cutoff_index: int | None
+    #: Workdir-relative path of the history file holding the summarised messages.
+    file_path: str | None
+    #: The summary message the model will see from now on.
+    summary: str | None
+    summary_count: int | None
+    checkpoint_id: str | None
+
+    @classmethod
+    def of(cls, outcome: CompressionOutcome) -> CompressOut:
+        event = outcome.event
+        return cls(
+            conversation_id=outcome.conversation_id,
+            compressed=outcome.compressed,
+            reason=outcome.reason,
+            tokens_before=outcome.tokens_before,
+            tokens_after=outcome.tokens_after,
+            cutoff_index=event["cutoff_index"] if event else None,
+            file_path=event["file_path"] if event else None,
+            summary=str(event["summary_message"].content) if event else None,
+            summary_count=event.get("summary_count") if event else None,
+            checkpoint_id=outcome.checkpoint_id,
+        )
+
+
+class Breakdown(BaseModel):
+    """Approximate tokens by part; they add up to the total (S12: never a bill)."""
+
+    system: int
+    tools: int
+    summary: int
+    messages: int
+
+    @classmethod
+    def of(cls, pressure: RequestPressure) -> Breakdown:
+        return cls(
+            system=pressure.system, tools=pressure.tools, summary=pressure.summary, messages=pressure.messages
+        )
+
+
+class RecordedRequestOut(BaseModel):
+    """The last main-model request the middleware measured (its real shape, after any compaction)."""
+
+    total_tokens: int
+    threshold_tokens: int
+    ratio: float
+    breakdown: Breakdown
+    run_id: str | None
+    recorded_at: datetime | None
+
+
+class SummaryOut(BaseModel):
+    cutoff_index: int
+    file_path: str | None
+    summary_count: int | None
+
+    @classmethod
+    def of(cls, event: SummarizationEvent) -> SummaryOut:
+        return cls(
+            cutoff_index=event["cutoff_index"],
+            file_path=event["file_path"],
+            summary_count=event.get("summary_count"),
+        )
+
+
+class ContextOut(BaseModel):
+    conversation_id: str
+    agent: str
+    #: The agent declares `context_compression` (the panel shows the compress button, S17).
+    context_compression: bool
+    threshold_tokens: int
+    #: Approximate tokens of the next model input, from the current state (S22).
+    estimated_tokens: int
+    ratio: float
+    #: ratio ≥ suggest_ratio on an agent with the capability: a hint, never a trigger.
+    suggest_compress: bool
+    suggest_ratio: float
+    breakdown: Breakdown
+    message_count: int
+    effective_message_count: int
+    #: True after a manual compression until the next main-model call records a full figure (S19).
+    stale: bool
+    last_request: RecordedRequestOut | None
+    invalidated_at: datetime | None
+    summary: SummaryOut | None
+
+    @classmethod
+    def of(cls, status: ContextStatus) -> ContextOut:
+        recorded = status.recorded
+        last_request = None
+        if recorded.pressure is not None:
+            last_request = RecordedRequestOut(
+                total_tokens=recorded.pressure.total,
+                threshold_tokens=recorded.pressure.threshold,
+                ratio=recorded.pressure.ratio,
+                breakdown=Breakdown.of(recorded.pressure),
+                run_id=recorded.run_id,
+                recorded_at=recorded.recorded_at,
+            )
+        return cls(
+            conversation_id=status.conversation_id,
+            agent=status.agent,
+            context_compression=status.capability,
+            threshold_tokens=status.estimate.threshold,
+            estimated_tokens=status.estimate.total,
+            ratio=status.estimate.ratio,
+            suggest_compress=status.suggest_compress,
+            suggest_ratio=status.suggest_ratio,
+            breakdown=Breakdown.of(status.estimate),
+            message_count=status.message_count,
+            effective_message_count=status.effective_message_count,
+            stale=recorded.stale,
+            last_request=last_request,
+            invalidated_at=recorded.invalidated_at,
+            summary=SummaryOut.of(status.summary) if status.summary else None,
+        )
+
+
 class UsageLine(BaseModel):
     category: Literal["main", "summary"]
     provider: str
@@ -266,3 +432,34 @@ class HealthOut(BaseModel):
     database: Literal["sqlite", "postgresql"]
     version: str
     builtin_model_agents: list[str]
+
+
+class VocabularyOut(BaseModel):
+    """Names and values a client shares with the service: read them here instead of copying them."""
+
+    #: The SSE event types of a run's stream (`GET /api/runs/{id}/events`).
+    events: dict[str, str]
+    #: `status`, `level` and `reason` of a `context_compression` event (S20).
+    statuses: dict[str, str]
+    levels: dict[str, str]
+    reasons: dict[str, str]
+    run_statuses: dict[str, str]
+    #: `error.code` of every error answer.
+    error_codes: dict[str, str]
+    #: What an agent may declare (`context_compression`: the compress button, S17).
+    capabilities: dict[str, str]
+    usage_categories: dict[str, str]
+    #: Workdir folders the middleware writes to (offloaded tool results, summarised history).
+    workdir_dirs: dict[str, str]
+    #: `reason` of `thread_busy` and of a busy `GET …/status`.
+    busy_reasons: list[str]
+    #: `queued_because` of a queued run.
+    queued_reasons: list[str]
+    #: `part` of `compression_failed`.
+    failed_parts: list[str]
+    #: The first text of a summary message (S21: never shown as a chat message).
+    summary_marker: str
+    #: The state key holding the current summary (`GET …/state` `values`).
+    summary_event_key: str
+    #: The status panel suggests manual compression from this share of the threshold (S22).
+    suggest_ratio: float

@@ -4,7 +4,8 @@ from fastapi import APIRouter
 
 from ctxpress import __version__
 from ctxpress.app.server.routes.deps import ServicesDep, UserDep
-from ctxpress.app.server.schemas import AgentOut, HealthOut, UserOut
+from ctxpress.app.server.schemas import AgentOut, HealthOut, UserOut, VocabularyOut
+from ctxpress.app.server.vocabulary import vocabulary
 
 router = APIRouter(prefix="/api", tags=["service"])
 
@@ -17,6 +18,15 @@ async def health(services: ServicesDep) -> HealthOut:
         version=__version__,
         builtin_model_agents=[agent.name for agent in services.agents.all() if agent.builtin_model],
     )
+
+
+@router.get("/vocabulary", response_model=VocabularyOut)
+async def get_vocabulary() -> VocabularyOut:
+    """Event names, statuses, levels, error codes, reasons and constants, as the service defines them.
+
+    Public like `/api/health`: the page reads it before signing in.
+    """
+    return vocabulary()
 
 
 @router.get("/me", response_model=UserOut)

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, status
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from ctxpress.app.server.errors import BadRequestError
+from ctxpress.app.server.errors import InvalidLastEventIdError
 from ctxpress.app.server.routes.deps import MAX_ROW_ID, ServicesDep, UserDep
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.schemas import ErrorResponse, ResumeRunRequest, RunOut
@@ -61,8 +61,8 @@ async def run_events(
     """The run's events as SSE, each with an `id:`; reconnect with `Last-Event-ID` to continue.
 
     Event types: run_queued, run_started, message_delta, message, tool_call, tool_result,
-    context_compression, usage, interrupt, run_finished, error, custom. The stream ends when the run
-    finishes or waits for input.
+    context_compression, context_pressure, usage, interrupt, run_finished, error, custom (the list, by
+    name: `GET /api/vocabulary`). The stream ends when the run finishes or waits for input.
     """
     await services.runs.get_owned(user, run_id)
     cursor = after or 0
@@ -70,9 +70,7 @@ async def run_events(
         text = last_event_id.strip()
         # ASCII digits only (str.isdigit also accepts "²", which int() refuses), within BIGINT.
         if not (text.isascii() and text.isdigit()) or int(text) > MAX_ROW_ID:
-            raise BadRequestError(
-                "Last-Event-ID must be an event id (a non-negative integer)", code="invalid_last_event_id"
-            )
+            raise InvalidLastEventIdError("Last-Event-ID must be an event id (a non-negative integer)")
         cursor = max(cursor, int(text))
     return EventSourceResponse(
         _as_sse(services.events, run_id, cursor), ping=int(max(1, services.settings.sse_ping_seconds))

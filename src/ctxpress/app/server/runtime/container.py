@@ -6,7 +6,7 @@ Routes reach it as `request.app.state.services`. What manual compression (S17–
     async with services.database.session() as session:
         async with conversation_lock(session, conversation_id) as locked:   # same lock as intake
             if (busy := await locked.busy_state()) is not None:             # running | waiting_input | queued
-                raise ConflictError(f"the conversation is {busy.reason}", code="thread_busy")
+                raise ThreadBusyError(busy)
             agent = services.agents.get(locked.conversation.agent_name)     # AgentRuntime
             config = thread_config(conversation_id)
             state = await agent.graph.aget_state(config)                     # the canonical compiled graph

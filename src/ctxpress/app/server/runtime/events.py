@@ -21,6 +21,10 @@ from ctxpress.app.server.db.models import RUN_WAITING_INPUT, TERMINAL_RUN_STATUS
 from ctxpress.app.server.repositories.run_events import RunEventRepository
 from ctxpress.app.server.repositories.runs import RunRepository
 
+# The library's stream events are SSE events of the same name: their names are the library's.
+from ctxpress.events import CONTEXT_COMPRESSION as CONTEXT_COMPRESSION
+from ctxpress.events import CONTEXT_PRESSURE as CONTEXT_PRESSURE
+
 # Event types (the SSE `event:` field).
 RUN_QUEUED_EVENT: Final = "run_queued"
 RUN_STARTED: Final = "run_started"
@@ -28,8 +32,7 @@ MESSAGE_DELTA: Final = "message_delta"
 MESSAGE: Final = "message"
 TOOL_CALL: Final = "tool_call"
 TOOL_RESULT: Final = "tool_result"
-CONTEXT_COMPRESSION: Final = "context_compression"
-CONTEXT_PRESSURE: Final = "context_pressure"
+# context_compression, context_pressure: the library's stream events, under their own names (imported above).
 USAGE: Final = "usage"
 INTERRUPT: Final = "interrupt"
 RUN_FINISHED: Final = "run_finished"

@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any
 
 from langgraph.config import get_stream_writer
 
 from ctxpress.app.server.repositories.pressure import PressureRepository
-from ctxpress.app.server.runtime.events import CONTEXT_PRESSURE
+from ctxpress.events import pressure_event
 from ctxpress.pressure import RequestPressure
 
 logger = logging.getLogger(__name__)
 
 #: The fields of a `context_pressure` event that make up a `RequestPressure`.
-_FIELDS = ("total", "threshold", "system", "tools", "summary", "messages")
+_FIELDS = tuple(field.name for field in fields(RequestPressure))
 
 
 def publish_pressure(pressure: RequestPressure) -> None:
@@ -33,7 +34,7 @@ def publish_pressure(pressure: RequestPressure) -> None:
         writer = get_stream_writer()
     except RuntimeError:  # a model call outside a graph run: nobody to tell
         return
-    writer({"type": CONTEXT_PRESSURE, **pressure.as_dict()})
+    writer(pressure_event(pressure))
 
 
 def pressure_from_event(data: Mapping[str, Any]) -> RequestPressure | None:

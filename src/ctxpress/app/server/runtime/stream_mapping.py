@@ -9,8 +9,9 @@ comes out. Rules:
   message `tool_result`; both are appended to the chat record. Messages already seen (same id),
   `RemoveMessage`s and anything but assistant/tool messages are ignored: the record is append-only
   and compression's view changes never reach it.
-- `custom`: `{"type": "context_compression", …}` becomes the SSE event `context_compression` with the
-  same fields (1:1), likewise `context_pressure` (S22); any other custom payload becomes `custom`.
+- `custom`: the library's stream events (`ctxpress.events`: `context_compression`, S20, and
+  `context_pressure`, S22) become the SSE event named by their `type`, with the same fields (1:1);
+  any other custom payload becomes `custom`.
 Events from a sub-agent (non-empty namespace) carry `namespace`; only the root agent's messages
 are chat-record messages.
 """
@@ -24,13 +25,14 @@ from typing import Any
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, RemoveMessage, ToolMessage
 from langgraph.constants import TAG_NOSTREAM
 
+from ctxpress import events as library_events
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.usage_recording import SUMMARY_SOURCE
 from ctxpress.app.server.serialization import to_jsonable
 
 Namespace = tuple[str, ...]
 #: Custom stream payloads `{"type": <one of these>, …}` become the SSE event of that name, fields unchanged.
-NAMED_CUSTOM_EVENTS = frozenset({events.CONTEXT_COMPRESSION, events.CONTEXT_PRESSURE})
+NAMED_CUSTOM_EVENTS: frozenset[str] = frozenset(library_events.EVENT_NAMES)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import User
-from ctxpress.app.server.errors import BadRequestError, ConflictError
+from ctxpress.app.server.errors import BadRequestError, UserExistsError
 from ctxpress.app.server.repositories.users import UserRepository
 
 TOKEN_PREFIX = "cxp_"
@@ -44,14 +44,14 @@ class AuthService:
         async with self.database.session() as session:
             users = UserRepository(session)
             if await users.by_name(name) is not None:
-                raise ConflictError(f"a user named {name!r} already exists", code="user_exists")
+                raise UserExistsError(f"a user named {name!r} already exists")
             try:
                 user = await users.add(name, is_admin=is_admin)
                 token = new_token()
                 await users.add_token(user, hash_token(token), label="created with the user")
                 await session.commit()
             except IntegrityError:
-                raise ConflictError(f"a user named {name!r} already exists", code="user_exists") from None
+                raise UserExistsError(f"a user named {name!r} already exists") from None
         return IssuedToken(user, token)
 
     async def issue_token(self, name: str, *, label: str = "") -> IssuedToken:
@@ -72,7 +72,7 @@ class AuthService:
                 return None
         try:
             return await self.create_user(ADMIN_USER_NAME, is_admin=True)
-        except ConflictError:
+        except UserExistsError:
             return None  # another process created it at the same moment
 
     async def authenticate(self, token: str) -> User | None:

@@ -28,9 +28,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from ctxpress.app.server.agents_file import CONTEXT_COMPRESSION
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import Conversation
-from ctxpress.app.server.errors import BadRequestError, ConflictError, NotFoundError, ServiceError
+from ctxpress.app.server.errors import (
+    AgentNotConfiguredError,
+    CompressionFailedError,
+    CompressionNotSupportedError,
+    ServiceError,
+    ThreadBusyError,
+)
 from ctxpress.app.server.repositories.pressure import PressureRepository
-from ctxpress.app.server.repositories.runs import BusyState
 from ctxpress.app.server.repositories.usage import UsageRepository
 from ctxpress.app.server.runtime.agents import AgentRegistry, AgentRuntime, thread_config
 from ctxpress.app.server.runtime.checkpoints import one_checkpoint_read
@@ -58,36 +63,6 @@ FAILURE_STATUS: Final[dict[FailedPart, int]] = {
     FailedPart.COMPACTION: 500,
     FailedPart.CHECKPOINT: 500,
 }
-
-
-class CompressionNotSupportedError(BadRequestError):
-    """The conversation's agent does not declare the `context_compression` capability (S17)."""
-
-    code = "compression_not_supported"
-
-
-class ThreadBusyError(ConflictError):
-    """S18: a running run, a run waiting for user input, or a queued request."""
-
-    code = "thread_busy"
-
-    def __init__(self, busy: BusyState) -> None:
-        super().__init__(
-            f"the conversation is busy ({busy.reason}); compress when it is idle",
-            details={"active_run_id": busy.active_run_id, "queued_runs": busy.queued_runs},
-        )
-        self.reason = busy.reason
-
-
-class CompressionFailedError(ServiceError):
-    """S28: the history file, the summary (or storing the result) failed; nothing was published."""
-
-    code = "compression_failed"
-
-    def __init__(self, part: FailedPart, message: str) -> None:
-        super().__init__(message)
-        self.part = part
-        self.status_code = FAILURE_STATUS[part]
 
 
 @dataclass(frozen=True)
@@ -219,7 +194,9 @@ class CompressionService:
                 )
             except ManualCompressionError as exc:
                 logger.warning("manual compression of %s failed (%s): %s", conversation_id, exc.part, exc)
-                raise CompressionFailedError(exc.part, str(exc)) from exc
+                raise CompressionFailedError(
+                    exc.part, str(exc), status_code=FAILURE_STATUS[exc.part]
+                ) from exc
         if not result.compressed or result.event is None:
             return CompressionOutcome.of(conversation_id, result)
         try:
@@ -229,6 +206,7 @@ class CompressionService:
             raise CompressionFailedError(
                 FailedPart.CHECKPOINT,
                 f"the summary could not be stored in the agent state: {type(exc).__name__}",
+                status_code=FAILURE_STATUS[FailedPart.CHECKPOINT],
             ) from exc
         # The recorded figure described a request the state no longer implies (S19).
         await PressureRepository(session).invalidate(conversation_id)
@@ -262,7 +240,7 @@ class CompressionService:
     def _runtime(self, agent_name: str) -> AgentRuntime:
         runtime = self.agents.get(agent_name)
         if runtime is None:
-            raise NotFoundError(f"agent {agent_name!r} is not configured any more", code="unknown_agent")
+            raise AgentNotConfiguredError(f"agent {agent_name!r} is not configured any more")
         return runtime
 
 

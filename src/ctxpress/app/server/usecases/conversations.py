@@ -6,7 +6,7 @@ from typing import Any
 
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import Conversation, Message, User, new_id
-from ctxpress.app.server.errors import BadRequestError, NotFoundError
+from ctxpress.app.server.errors import AgentNotConfiguredError, NotFoundError, UnknownAgentError
 from ctxpress.app.server.repositories.agents import AgentRepository
 from ctxpress.app.server.repositories.conversations import ConversationRepository
 from ctxpress.app.server.repositories.messages import MessageRepository
@@ -49,7 +49,7 @@ class ConversationService:
     async def create(self, user: User, *, agent_name: str | None, title: str) -> Conversation:
         name = agent_name or self.agents.default_name
         if self.agents.get(name) is None:
-            raise BadRequestError(f"no agent named {name!r}", code="unknown_agent")
+            raise UnknownAgentError(f"no agent named {name!r}")
         conversation_id = new_id()
         # The workdir exists before anything may write to it (owner-only permissions, S24).
         self.workdirs.for_conversation(conversation_id)
@@ -88,9 +88,7 @@ class ConversationService:
         """Read through the agent's canonical compiled graph, never from checkpoint tables (S19)."""
         runtime = self.agents.get(conversation.agent_name)
         if runtime is None:
-            raise NotFoundError(
-                f"agent {conversation.agent_name!r} is not configured any more", code="unknown_agent"
-            )
+            raise AgentNotConfiguredError(f"agent {conversation.agent_name!r} is not configured any more")
         snapshot = await runtime.graph.aget_state(thread_config(conversation.id))
         return AgentState(
             agent=runtime.name,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ctxpress.app.server.errors import BadRequestError, NotFoundError, PayloadTooLargeError
+from ctxpress.app.server.errors import InvalidPathError, NotFoundError, PayloadTooLargeError
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.workdir import WorkdirFile, WorkdirNotFoundError, WorkdirPathError
 
@@ -17,14 +17,14 @@ class FileService:
         try:
             return self.workdirs.for_conversation(conversation_id).list_files(prefix)
         except WorkdirPathError as exc:
-            raise BadRequestError(str(exc), code="invalid_path") from None
+            raise InvalidPathError(str(exc)) from None
 
     def read(self, conversation_id: str, path: str) -> bytes:
         workdir = self.workdirs.for_conversation(conversation_id)
         try:
             data = workdir.read_bytes(path)
         except WorkdirPathError as exc:
-            raise BadRequestError(str(exc), code="invalid_path") from None
+            raise InvalidPathError(str(exc)) from None
         except WorkdirNotFoundError:
             raise NotFoundError("no such file in the conversation's workdir") from None
         if len(data) > MAX_FILE_BYTES:

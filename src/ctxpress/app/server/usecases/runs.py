@@ -16,7 +16,14 @@ from ctxpress.app.server.db.models import (
     Run,
     User,
 )
-from ctxpress.app.server.errors import BadRequestError, ConflictError, NotFoundError
+from ctxpress.app.server.errors import (
+    InputTooLongError,
+    InterruptIdRequiredError,
+    NotFoundError,
+    RunFinishedError,
+    RunNotWaitingError,
+    UnknownInterruptError,
+)
 from ctxpress.app.server.repositories.conversations import ConversationRepository
 from ctxpress.app.server.repositories.runs import BusyState, RunRepository
 from ctxpress.app.server.runtime import events
@@ -51,9 +58,7 @@ class RunService:
     async def submit(self, user: User, conversation_id: str, text: str) -> Intake:
         """Start a run for the user's message, or queue it FIFO behind the conversation's active run."""
         if len(text) > self.max_input_chars:
-            raise BadRequestError(
-                f"input is longer than {self.max_input_chars} characters", code="input_too_long"
-            )
+            raise InputTooLongError(f"input is longer than {self.max_input_chars} characters")
         async with self.database.session() as session:
             if await ConversationRepository(session).get_owned(conversation_id, user.id) is None:
                 raise NotFoundError("conversation not found")
@@ -104,18 +109,13 @@ class RunService:
                     if current is None:
                         raise NotFoundError("run not found")
                     if current.status != RUN_WAITING_INPUT:
-                        raise ConflictError(
-                            f"the run is {current.status}, not waiting for input", code="run_not_waiting"
-                        )
+                        raise RunNotWaitingError(f"the run is {current.status}, not waiting for input")
                     pending_ids = [item["id"] for item in (current.interrupts or {}).get("items", [])]
                     if interrupt_id is not None and interrupt_id not in pending_ids:
-                        raise ConflictError(
-                            "the run has no pending interrupt with that id", code="unknown_interrupt"
-                        )
+                        raise UnknownInterruptError("the run has no pending interrupt with that id")
                     if interrupt_id is None and len(pending_ids) > 1:
-                        raise ConflictError(
+                        raise InterruptIdRequiredError(
                             "the run waits for several answers; give interrupt_id",
-                            code="interrupt_id_required",
                             details={"pending": pending_ids},
                         )
                     current.pending_resume = {"value": value, "interrupt_id": interrupt_id}
@@ -145,7 +145,7 @@ class RunService:
             if current is None:
                 raise NotFoundError("run not found")
             if current.status in TERMINAL_RUN_STATUSES:
-                raise ConflictError(f"the run already {current.status}", code="run_finished")
+                raise RunFinishedError(f"the run already {current.status}")
             if current.status == RUN_RUNNING:
                 current.cancel_requested = True
             else:

@@ -1,6 +1,8 @@
 // The JSON API of the service: bearer token, JSON errors, and SSE read with fetch() (EventSource
 // cannot send the Authorization header).
 
+import { ERROR_CODES } from "./vocabulary.js";
+
 const TOKEN_KEY = "ctxpress.token";
 
 /** Where the token lives: sessionStorage (default, gone with the tab) or localStorage (remembered). */
@@ -32,7 +34,7 @@ export class ApiError extends Error {
     super(error?.message || `HTTP ${status}`);
     this.name = "ApiError";
     this.status = status;
-    this.code = error?.code || "http_error";
+    this.code = error?.code || ERROR_CODES.HTTP_ERROR;
     this.details = error?.details;
     this.error = error || {};
   }

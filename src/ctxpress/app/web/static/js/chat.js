@@ -5,11 +5,10 @@ import { ApiError, enc } from "./api.js";
 import { announce, clear, h } from "./dom.js";
 import { formatTokens, prettyJson, shorten } from "./format.js";
 import { has, t } from "./i18n.js";
+import { EVENTS, REASONS, RUN_STATUSES, STATUSES, VOCABULARY } from "./vocabulary.js";
 
-/** The summary message's marker (S21: summary text is never shown as an assistant message). */
-const SUMMARY_MARKER = "[ctxpress:summary]";
 const RESULT_DISPLAY_CHARS = 4000;
-const ACTIVE_STATUSES = new Set(["queued", "running", "waiting_input"]);
+const ACTIVE_STATUSES = new Set([RUN_STATUSES.QUEUED, RUN_STATUSES.RUNNING, RUN_STATUSES.WAITING_INPUT]);
 
 export class Chat {
   /**
@@ -67,11 +66,11 @@ export class Chat {
     for (const run of ordered) {
       if (!ACTIVE_STATUSES.has(run.status)) continue;
       const entry = this.runEntry(run.id);
-      if (run.status === "queued") {
+      if (run.status === RUN_STATUSES.QUEUED) {
         this.addUserBubble(entry, run.input);
         this.setQueued(entry, null, null);
       }
-      if (run.status === "waiting_input") {
+      if (run.status === RUN_STATUSES.WAITING_INPUT) {
         for (const pending of run.interrupts) this.renderInterrupt(run.id, pending.id, pending.value);
         continue; // its stream would only replay: the answer restarts it
       }
@@ -152,8 +151,8 @@ export class Chat {
         signal: controller.signal,
         onEvent: (type, data, id) => {
           if (Number.isFinite(id)) entry.cursor = Math.max(entry.cursor, id);
-          if (type === "interrupt") waiting = true;
-          if (type === "run_finished") waiting = false;
+          if (type === EVENTS.INTERRUPT) waiting = true;
+          if (type === EVENTS.RUN_FINISHED) waiting = false;
           this.onEvent(entry, type, data);
         },
       });
@@ -175,25 +174,25 @@ export class Chat {
 
   onEvent(entry, type, data) {
     switch (type) {
-      case "run_queued":
+      case EVENTS.RUN_QUEUED:
         this.setQueued(entry, data.position, data.reason);
         this.hooks.onActivity?.();
         break;
-      case "run_started":
+      case EVENTS.RUN_STARTED:
         this.clearQueued(entry);
         this.hooks.onActivity?.();
         break;
-      case "message_delta":
+      case EVENTS.MESSAGE_DELTA:
         if (!data.namespace) this.onDelta(entry, data);
         break;
-      case "message":
+      case EVENTS.MESSAGE:
         this.onMessage(entry, data);
         break;
-      case "tool_call":
+      case EVENTS.TOOL_CALL:
         if (this.tools.has(data.tool_call_id)) break;
         this.addToolCall(entry, data.tool_call_id, data.name, data.args, data.namespace);
         break;
-      case "tool_result":
+      case EVENTS.TOOL_RESULT:
         this.setToolResult(entry, data.tool_call_id, data.name, {
           content: data.content,
           status: data.status,
@@ -201,31 +200,31 @@ export class Chat {
           truncated: data.truncated,
         });
         break;
-      case "interrupt":
+      case EVENTS.INTERRUPT:
         this.renderInterrupt(entry.id, data.interrupt_id, data.value);
         this.hooks.onActivity?.();
         break;
-      case "context_compression":
+      case EVENTS.CONTEXT_COMPRESSION:
         this.onCompression(entry, data);
         this.hooks.onCompression?.(data);
         break;
-      case "context_pressure":
+      case EVENTS.CONTEXT_PRESSURE:
         this.hooks.onPressure?.(data);
         break;
-      case "usage":
+      case EVENTS.USAGE:
         this.hooks.onUsage?.(data);
         break;
-      case "error":
+      case EVENTS.ERROR:
         this.addNote(entry, t("runError", { message: data.message ?? "" }), "error", true);
         break;
-      case "run_finished":
+      case EVENTS.RUN_FINISHED:
         this.clearQueued(entry);
-        if (data.status === "failed" && data.error) {
+        if (data.status === RUN_STATUSES.FAILED && data.error) {
           // The `error` event (if any) already said it; only add when nothing did.
           if (!entry.container.querySelector(".note-error")) {
             this.addNote(entry, t("runFailed", { error: data.error }), "error", true);
           }
-        } else if (data.status === "cancelled") {
+        } else if (data.status === RUN_STATUSES.CANCELLED) {
           this.addNote(entry, t("runCancelled"), "muted", false);
         }
         break;
@@ -411,13 +410,13 @@ export class Chat {
   onCompression(entry, data) {
     const text = describeCompressionEvent(data);
     const status = data.status;
-    if (status === "started" || !entry.chip) {
+    if (status === STATUSES.STARTED || !entry.chip) {
       entry.chip = h("p", { class: `note note-compression compression-${status}` });
       entry.container.append(entry.chip);
     }
     entry.chip.className = `note note-compression compression-${status}`;
     entry.chip.textContent = text;
-    if (status !== "started") entry.chip = null;
+    if (status !== STATUSES.STARTED) entry.chip = null;
   }
 
   addNote(entry, text, kind, alert) {
@@ -452,14 +451,15 @@ function clampLong(body) {
   bubble.append(toggle);
 }
 
+/** S21: a summary message (it starts with the service's marker) is never shown as a chat message. */
 export function isSummaryText(text) {
-  return typeof text === "string" && text.trimStart().startsWith(SUMMARY_MARKER);
+  return typeof text === "string" && text.trimStart().startsWith(VOCABULARY.summary_marker);
 }
 
 export function describeCompressionEvent(data) {
   const level = data.level && has(`evLevel_${data.level}`) ? t(`evLevel_${data.level}`) : data.level || "?";
   const params = {
-    level: data.reason === "context_overflow" ? `${level} · ${t("evOverflow")}` : level,
+    level: data.reason === REASONS.CONTEXT_OVERFLOW ? `${level} · ${t("evOverflow")}` : level,
     before: formatTokens(data.tokens_before),
     after: formatTokens(data.tokens_after),
     saved: formatTokens(data.tokens_saved),

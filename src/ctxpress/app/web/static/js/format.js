@@ -34,9 +34,6 @@ export function pressureLevel(ratio) {
   return "ok";
 }
 
-/** The manual-compression suggestion threshold (S22): a hint only, never automatic compression. */
-export const SUGGEST_COMPRESS_RATIO = 0.85;
-
 export function formatDate(value, lang) {
   const date = new Date(value);
   if (Number.isNaN(date.getTime())) return "";

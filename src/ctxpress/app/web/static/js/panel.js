@@ -4,47 +4,36 @@
 import { ApiError, enc } from "./api.js";
 import { describeCompressionEvent, describeError } from "./chat.js";
 import { $, clear, h } from "./dom.js";
-import { SUGGEST_COMPRESS_RATIO, formatBytes, formatPercent, formatTokens, pressureLevel } from "./format.js";
+import { formatBytes, formatPercent, formatTokens, pressureLevel } from "./format.js";
 import { has, t } from "./i18n.js";
+import { CAPABILITIES, ERROR_CODES, STATUSES, USAGE_CATEGORIES, VOCABULARY, WORKDIR_DIRS } from "./vocabulary.js";
 
 const RING_CIRCUMFERENCE = 2 * Math.PI * 50;
 const MAX_EVENTS = 8;
-const CAPABILITY = "context_compression";
-const FILE_GROUPS = ["large_tool_results", "conversation_history"];
+/** Workdir files are grouped by the folder the middleware wrote them to (offloaded results, history). */
+const FILE_GROUPS = [WORKDIR_DIRS.LARGE_TOOL_RESULTS, WORKDIR_DIRS.CONVERSATION_HISTORY];
 
-/** `GET …/context` (or a `context_pressure` event) in one shape; tolerant of missing fields. */
-export function normalizeContext(raw, fallbackThreshold) {
+/** The answer of `GET …/context` in the panel's shape (`null` figures where the service gave none). */
+export function normalizeContext(raw) {
   if (!raw || typeof raw !== "object") return null;
-  const breakdownSource = raw.breakdown && typeof raw.breakdown === "object" ? raw.breakdown : raw;
-  const threshold = num(raw.threshold_tokens ?? raw.threshold ?? fallbackThreshold);
-  const estimate = num(raw.estimated_tokens ?? raw.estimate ?? raw.estimate_tokens ?? raw.total ?? raw.tokens);
-  let ratio = num(raw.ratio);
-  if (ratio === null && estimate !== null && threshold) ratio = estimate / threshold;
-  const summary = raw.summary ?? raw.current_summary ?? null;
+  const breakdown = raw.breakdown || {};
   return {
-    threshold,
-    estimate,
-    ratio,
-    suggest: typeof raw.suggest_compress === "boolean" ? raw.suggest_compress : ratio !== null && ratio >= SUGGEST_COMPRESS_RATIO,
+    threshold: num(raw.threshold_tokens),
+    estimate: num(raw.estimated_tokens),
+    ratio: num(raw.ratio),
+    // The service decides (S22: ratio ≥ suggest_ratio, and only where the compress button exists).
+    suggest: raw.suggest_compress === true,
     breakdown: {
-      system: num(breakdownSource.system),
-      tools: num(breakdownSource.tools),
-      summary: num(breakdownSource.summary),
-      messages: num(breakdownSource.messages),
+      system: num(breakdown.system),
+      tools: num(breakdown.tools),
+      summary: num(breakdown.summary),
+      messages: num(breakdown.messages),
     },
     stale: Boolean(raw.stale),
-    capability: capabilityOf(raw),
-    summary: summary && typeof summary === "object" ? summary : null,
+    capability: typeof raw.context_compression === "boolean" ? raw.context_compression : null,
+    summary: raw.summary && typeof raw.summary === "object" ? raw.summary : null,
     lastRequest: raw.last_request && typeof raw.last_request === "object" ? raw.last_request : null,
   };
-}
-
-function capabilityOf(raw) {
-  for (const key of ["context_compression", "capability", "compression_capability", "can_compress"]) {
-    if (typeof raw[key] === "boolean") return raw[key];
-  }
-  if (Array.isArray(raw.capabilities)) return raw.capabilities.includes(CAPABILITY);
-  return null;
 }
 
 function num(value) {
@@ -130,7 +119,7 @@ export class StatusPanel {
     ]);
     if (generation !== this.generation) return;
     if (context.status === "fulfilled") {
-      this.context = normalizeContext(context.value, this.agentThreshold());
+      this.context = normalizeContext(context.value);
       this.renderPressure(this.context);
       this.renderLastRequest(this.context?.lastRequest);
       this.renderCapability();
@@ -152,7 +141,8 @@ export class StatusPanel {
   }
 
   hasCapability() {
-    const fromAgent = Array.isArray(this.agent?.capabilities) && this.agent.capabilities.includes(CAPABILITY);
+    const fromAgent =
+      Array.isArray(this.agent?.capabilities) && this.agent.capabilities.includes(CAPABILITIES.CONTEXT_COMPRESSION);
     // The agent list says what the agent declares (S17); the context answer may say it too.
     return this.context?.capability === false ? false : fromAgent;
   }
@@ -270,7 +260,7 @@ export class StatusPanel {
           cutoff: answer.cutoff_index ?? "?",
         });
       } else {
-        const reason = answer.reason && has(`compressReason_${answer.reason}`) ? t(`compressReason_${answer.reason}`) : answer.reason || "";
+        const reason = answer.reason || ""; // a sentence of the service (nothing to summarise, no safe cutoff)
         result.classList.add("is-info");
         result.textContent = t("compressNothing", { reason });
       }
@@ -280,7 +270,7 @@ export class StatusPanel {
       if (generation !== this.generation) return;
       result.classList.add("is-error");
       result.textContent = describeCompressError(exc);
-      if (exc instanceof ApiError && exc.status === 409) this.refresh().catch(() => {});
+      if (exc instanceof ApiError && exc.code === ERROR_CODES.THREAD_BUSY) this.refresh().catch(() => {});
     } finally {
       // The result line is a status region: screen readers read it without a separate announcement.
       button.removeAttribute("aria-disabled");
@@ -302,14 +292,14 @@ export class StatusPanel {
     );
     this.el.events.prepend(item);
     while (this.el.events.children.length > MAX_EVENTS) this.el.events.lastElementChild.remove();
-    if (data.status !== "started") this.scheduleRefresh(200);
+    if (data.status !== STATUSES.STARTED) this.scheduleRefresh(200);
   }
 
   // --- summary, files, usage -----------------------------------------------------------------
 
   renderSummary(state) {
     const box = clear(this.el.summary);
-    const event = state?.values?._summarization_event;
+    const event = state?.values?.[VOCABULARY.summary_event_key];
     const fromContext = this.context?.summary;
     if (!event && !fromContext) {
       box.append(h("p", { class: "muted" }, t("noSummary")));
@@ -321,7 +311,7 @@ export class StatusPanel {
     box.append(
       h("p", { class: "small" }, count ? t("summaryMeta", { cutoff, count }) : t("summaryMetaNoCount", { cutoff })),
     );
-    const text = summaryBody(messageText(event?.summary_message) ?? fromContext?.summary ?? fromContext?.text ?? "");
+    const text = summaryBody(messageText(event?.summary_message) ?? "");
     if (text) box.append(h("blockquote", { class: "summary-text", tabindex: "0", id: "summary-text" }, text));
     if (filePath) {
       box.append(
@@ -342,13 +332,14 @@ export class StatusPanel {
       box.append(h("p", { class: "muted" }, t("noFiles")));
       return;
     }
-    const groups = new Map([...FILE_GROUPS, "other"].map((name) => [name, []]));
+    const groups = new Map([...FILE_GROUPS, "other"].map((dir) => [dir, []]));
     for (const file of files) {
-      const group = FILE_GROUPS.find((name) => file.path.split("/").includes(name)) || "other";
+      const group = FILE_GROUPS.find((dir) => file.path.startsWith(`${dir}/`)) || "other";
       groups.get(group).push(file);
     }
-    for (const [name, items] of groups) {
+    for (const [dir, items] of groups) {
       if (!items.length) continue;
+      const name = dir.split("/").pop(); // the words for the group: `group_large_tool_results`, …
       const headingId = `files-${name}`;
       box.append(h("h4", { id: headingId }, `${t(`group_${name}`)} (${items.length})`));
       box.append(
@@ -375,13 +366,13 @@ export class StatusPanel {
   renderUsage(usage) {
     const box = clear(this.el.usage);
     const lines = usage?.lines || [];
-    const main = lines.filter((line) => line.category === "main");
-    const summary = lines.filter((line) => line.category === "summary");
+    const main = lines.filter((line) => line.category === USAGE_CATEGORIES.MAIN);
+    const summary = lines.filter((line) => line.category === USAGE_CATEGORIES.SUMMARY);
     if (!lines.length) box.append(h("p", { class: "muted" }, t("noUsage")));
     const list = h("ul", { class: "usage-list" });
     for (const line of main) list.append(usageItem(t("usageMain"), line));
     if (summary.length) for (const line of summary) list.append(usageItem(t("usageSummary"), line));
-    else if (lines.length) list.append(h("li", { class: "usage-line muted", dataset: { category: "summary" } }, t("usageSummaryNone")));
+    else if (lines.length) list.append(h("li", { class: "usage-line muted", dataset: { category: USAGE_CATEGORIES.SUMMARY } }, t("usageSummaryNone")));
     if (list.children.length) box.append(list);
   }
 
@@ -419,30 +410,24 @@ function messageText(message) {
 
 /** The summary message starts with a marker line for the model; people read the summary itself. */
 function summaryBody(text) {
-  if (!text.startsWith("[ctxpress:summary]")) return text;
+  if (!text.startsWith(VOCABULARY.summary_marker)) return text;
   const split = text.indexOf("\n\n");
   return split >= 0 ? text.slice(split + 2) : text;
 }
 
 export function describeCompressError(exc) {
   if (!(exc instanceof ApiError)) return t("requestFailed", { message: describeError(exc) });
-  if (exc.status === 409) {
-    const reason = busyReasonOf(exc);
+  if (exc.code === ERROR_CODES.THREAD_BUSY) {
+    const reason = exc.error.reason;
     const words = reason && has(`busy_${reason}`) ? t(`busy_${reason}`) : t("busyUnknown");
     return t("compressBusy", { reason: words });
   }
-  if (exc.code === "compression_failed" || exc.status >= 500) {
-    const part = exc.error.part ?? exc.details?.part ?? null;
+  if (exc.code === ERROR_CODES.COMPRESSION_FAILED || exc.status >= 500) {
+    const part = exc.error.part;
     const partText = part && has(`part_${part}`) ? t(`part_${part}`) : part || t("part_unknown");
     return t("compressFailed", { part: partText, message: exc.message });
   }
   return t("requestFailed", { message: exc.message || exc.code });
-}
-
-function busyReasonOf(exc) {
-  const candidates = [exc.error.reason, exc.details?.reason, exc.details];
-  for (const candidate of candidates) if (typeof candidate === "string") return candidate;
-  return null;
 }
 
 /** The file viewer dialog (summary history files, offloaded tool results, any workdir file). */
