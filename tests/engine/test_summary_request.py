@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from ctxpress.compaction.content import block_placeholder
+from ctxpress.compaction.text_preview import smallest_preview_budget
 from ctxpress.config import CompressionConfig
-from ctxpress.summary.render import render_messages
+from ctxpress.summary.render import MIN_TOKENS_PER_MESSAGE, render_messages
 from ctxpress.summary.summarizer import build_summary_request, summary_request_budget
-from ctxpress.tokens import count_request_tokens, estimate_tokens
+from ctxpress.tokens import PROFILE_NAMES, count_request_tokens, estimate_tokens
 from tests.engine.compaction_support import (
     GAP_MARKER,
     ai_call,
@@ -253,6 +254,13 @@ def test_s14_one_huge_message_is_cut_to_head_middle_and_tail_within_the_budget()
     assert len(markers) == 2, "head, middle and tail"
     assert transcript.startswith("[1] user: " + text[:20])
     assert transcript.endswith("[2] assistant: 收到。")
+
+
+@pytest.mark.parametrize("profile", PROFILE_NAMES)
+def test_s14_a_cut_message_always_has_room_for_its_marker(profile: str) -> None:
+    # The least a shown message keeps holds a head, a marker and a tail of any text up to a
+    # trillion characters, so a cut message is never left without a preview.
+    assert smallest_preview_budget(10**12 - 1, 10**12 - 1, profile) <= MIN_TOKENS_PER_MESSAGE
 
 
 # --- the property, over real traces and injected shapes -------------------------------------

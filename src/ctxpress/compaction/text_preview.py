@@ -80,13 +80,18 @@ def head_middle_tail_preview(
     """Head, middle and tail of `text` with markers saying how much was left out between them.
 
     Within `budget` tokens, markers included; "" when the budget is below `smallest_preview_budget`.
-    `total_tokens` (the text's estimate, when the caller has it) saves a scan of a large text.
+    `total_tokens` (the text's estimate or an upper bound of it, when the caller has one) saves a
+    scan of a large text.
     """
     if budget <= 0:
         return ""
     if total_tokens is None:
         total_tokens = estimate_tokens(text, profile)
     if total_tokens <= budget:
+        return text
+    # A caller's size may be an upper bound (a message count with its framing): a text short
+    # enough to measure cheaply is kept whole when it fits after all.
+    if len(text) <= budget * MAX_CHARS_PER_TOKEN and estimate_tokens(text, profile) <= budget:
         return text
     tokens_per_char = total_tokens / max(1, len(text))
     marker = _largest_marker_tokens(len(text), tokens_per_char, profile)
@@ -98,8 +103,4 @@ def head_middle_tail_preview(
         # costs a scan of the preview only (bounded by the budget), never of the text.
         if estimate_tokens(preview, profile) <= budget:
             return preview
-    # The pieces cover the text: its size was overstated (the caller's count included more than
-    # the text), and the text itself may fit after all.
-    if len(text) <= budget * MAX_CHARS_PER_TOKEN and estimate_tokens(text, profile) <= budget:
-        return text
     return ""

@@ -19,18 +19,17 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from ctxpress.compaction.content import block_placeholder, content_text, non_text_blocks
 from ctxpress.compaction.markers import parse_offload_reference
-from ctxpress.compaction.text_preview import head_middle_tail_preview, smallest_preview_budget
+from ctxpress.compaction.text_preview import head_middle_tail_preview
 from ctxpress.summary.event import is_summary_message
 from ctxpress.tokens import count_message_tokens, estimate_tokens
 
 #: A shown message keeps at least this much of its text, when it has that much: a cut one keeps
-#: a sentence or two of head and tail beside its marker.
+#: a sentence or two of head and tail beside its marker (more than `smallest_preview_budget` of
+#: any text below a trillion characters, so a cut message always has a preview).
 MIN_TOKENS_PER_MESSAGE = 64
 #: Non-text blocks named per message; the rest are counted in one line.
 MAX_PLACEHOLDERS_PER_MESSAGE = 8
 ENTRY_SEPARATOR = "\n\n"
-#: A text longer than this is sized from the cached message count instead of being scanned again.
-LARGE_TEXT_CHARS = 1_000_000
 #: Re-renders with a smaller budget when the measured transcript is over (estimates that did not
 #: add up); after these the transcript is the one left-out line.
 SHRINK_ROUNDS = 4
@@ -64,6 +63,8 @@ def message_text(message: BaseMessage) -> str:
 
 def message_placeholders(message: BaseMessage) -> str:
     """One line per non-text block of the message (at most `MAX_PLACEHOLDERS_PER_MESSAGE`)."""
+    if message.content.__class__ is str:
+        return ""
     named = [line for line in map(block_placeholder, non_text_blocks(message.content)) if line is not None]
     lines = named[:MAX_PLACEHOLDERS_PER_MESSAGE]
     if len(named) > len(lines):
@@ -71,7 +72,7 @@ def message_placeholders(message: BaseMessage) -> str:
     return "\n".join(lines)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Entry:
     """One message of the transcript: the fixed parts and the text that may be cut."""
 
@@ -98,20 +99,42 @@ class _Entry:
         return self.prefix + "\n".join(part for part in (text, self.placeholders) if part)
 
 
-def _entry(number: int, message: BaseMessage, profile: str) -> _Entry:
-    prefix = f"[{number}] {_role(message)}: "
-    text = message_text(message)
-    # Sized by the text alone: an image's ~1,000 counted tokens are not text that could be cut.
-    if len(text) > LARGE_TEXT_CHARS and isinstance(message.content, str):
-        text_tokens = count_message_tokens(message, profile)
-    else:
-        text_tokens = estimate_tokens(text, profile)
-    placeholders = message_placeholders(message)
-    fixed = estimate_tokens(prefix, profile) + estimate_tokens(ENTRY_SEPARATOR, profile)
-    if placeholders:
-        fixed += estimate_tokens(placeholders, profile) + 1  # and the line break before them
-    floor = max(MIN_TOKENS_PER_MESSAGE, smallest_preview_budget(len(text), text_tokens, profile))
-    return _Entry(number, prefix, text, text_tokens, placeholders, fixed, min(text_tokens, floor))
+class _EntryBuilder:
+    """Builds the entries of one transcript, measuring what repeats once."""
+
+    def __init__(self, profile: str) -> None:
+        self.profile = profile
+        self.separator_tokens = estimate_tokens(ENTRY_SEPARATOR, profile)
+        # The estimate counts character classes, so a prefix's depends only on its role and the
+        # number of digits of its number: one measure per shape.
+        self._prefix_tokens: dict[tuple[str, int], int] = {}
+
+    def _prefix(self, number: int, role: str) -> tuple[str, int]:
+        prefix = f"[{number}] {role}: "
+        shape = (role, len(str(number)))
+        tokens = self._prefix_tokens.get(shape)
+        if tokens is None:
+            tokens = self._prefix_tokens[shape] = estimate_tokens(prefix, self.profile)
+        return prefix, tokens
+
+    def _text_tokens(self, message: BaseMessage, text: str) -> int:
+        if message.content.__class__ is str:
+            # The cached count (text, tool calls and a little framing): an upper bound of the text,
+            # free when the middleware has counted the message already.
+            return count_message_tokens(message, self.profile)
+        # List content: the text alone -- an image's ~1,000 counted tokens are not text to cut.
+        return estimate_tokens(text, self.profile)
+
+    def entry(self, number: int, message: BaseMessage) -> _Entry:
+        prefix, prefix_tokens = self._prefix(number, _role(message))
+        text = message_text(message)
+        text_tokens = self._text_tokens(message, text)
+        placeholders = message_placeholders(message)
+        fixed = prefix_tokens + self.separator_tokens
+        if placeholders:
+            fixed += estimate_tokens(placeholders, self.profile) + 1  # and the line break before them
+        floor = min(text_tokens, MIN_TOKENS_PER_MESSAGE)
+        return _Entry(number, prefix, text, text_tokens, placeholders, fixed, floor)
 
 
 def _left_out_line(entries: Sequence[_Entry]) -> str:
@@ -175,7 +198,8 @@ def _squeezed(entries: Sequence[_Entry], budget: int, profile: str) -> str:
 
 def render_messages(messages: Sequence[BaseMessage], budget: int, profile: str = "default") -> str:
     """The transcript of `messages` within `budget` estimated tokens ("" when not even one line fits)."""
-    entries = [_entry(number, message, profile) for number, message in enumerate(messages, 1)]
+    builder = _EntryBuilder(profile)
+    entries = [builder.entry(number, message) for number, message in enumerate(messages, 1)]
     if not entries or budget <= 0:
         return ""
     if sum(entry.full_tokens for entry in entries) <= budget:
