@@ -36,7 +36,7 @@ pytestmark = pytest.mark.shared_data
 #: Where each entry of the transcript starts: `[n] role: ` at the start of the text or of a paragraph.
 ENTRY_START = re.compile(r"(?:^|\n\n)\[(\d+)\] ")
 #: The line standing for messages left out of the transcript.
-LEFT_OUT_LINE = re.compile(r"\[… messages? (\d+)(?:–(\d+))?[^\]]*left out of this transcript …\]")
+LEFT_OUT_LINE = re.compile(r"\[… messages? (\d+)(?:–(\d+), \d+ in all)? \(~[\d,]+ tokens\) left out …\]")
 #: A marker with a negative count, the defect of cutting text by a size that included an image.
 NEGATIVE_MARKER = re.compile(r"\[… -\d")
 PNG_BYTES = bytes(range(256)) * 40

@@ -141,7 +141,8 @@ def _left_out_line(entries: Sequence[_Entry]) -> str:
     first, last = entries[0].number, entries[-1].number
     tokens = sum(entry.full_tokens for entry in entries)
     span = f"message {first}" if first == last else f"messages {first}–{last}, {len(entries)} in all"
-    return f"[… {span} (~{tokens:,} tokens) left out of this transcript …]"
+    # The same "[… … left out …]" form as every other marker, so readers of a transcript know it.
+    return f"[… {span} (~{tokens:,} tokens) left out …]"
 
 
 def _shown_ends(entries: Sequence[_Entry], budget: int, profile: str) -> tuple[int, int]:
