@@ -91,6 +91,16 @@ def kb_results_json(
     return json.dumps({key: results, "query": "open a checking account", "took_ms": 12}), results
 
 
+@cache
+def trace_conversations() -> tuple[Any, ...]:
+    """Every conversation of the shared traces (`ctxpress.tools.traces`), loaded once."""
+    from ctxpress.tools.traces import iter_conversations
+
+    loaded = tuple(iter_conversations(require_shared_data("traces")))
+    assert len(loaded) > 100
+    return loaded
+
+
 # --- messages ------------------------------------------------------------------------------------
 
 

@@ -22,7 +22,6 @@ from ctxpress.compaction import CompactionCache, compact_view
 from ctxpress.compaction.markers import OFFLOAD_MARKER
 from ctxpress.config import CompressionConfig
 from ctxpress.workdir import LocalWorkdir
-from tests.conftest import require_shared_data
 from tests.engine.compaction_support import (
     ai_call,
     chinese_text,
@@ -30,6 +29,7 @@ from tests.engine.compaction_support import (
     kb_results_json,
     snapshot,
     text_of,
+    trace_conversations,
 )
 
 pytestmark = pytest.mark.shared_data
@@ -39,11 +39,7 @@ INJECTED_TOOLS = ("query_kb", "web_search", "execute_bash", "read_file", "查询
 
 @pytest.fixture(scope="module")
 def conversations() -> list[Any]:
-    from ctxpress.tools.traces import iter_conversations
-
-    loaded = list(iter_conversations(require_shared_data("traces")))
-    assert len(loaded) > 100
-    return loaded
+    return list(trace_conversations())
 
 
 @pytest.fixture(scope="module")

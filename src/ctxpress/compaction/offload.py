@@ -20,7 +20,11 @@ from ctxpress.compaction.content import content_text, with_text
 from ctxpress.compaction.markers import offload_header, parse_offload_reference, safe_name
 from ctxpress.compaction.result import CompactionFailure, OffloadedResult
 from ctxpress.compaction.retrieval_preview import is_retrieval_tool, retrieval_preview
-from ctxpress.compaction.text_preview import GAP_MARKER_TOKENS, head_middle_tail_preview
+from ctxpress.compaction.text_preview import (
+    GAP_MARKER_TOKENS,
+    head_middle_tail_preview,
+    smallest_preview_budget,
+)
 from ctxpress.tokens import estimate_tokens
 from ctxpress.workdir import Workdir, WorkdirError, encode_text
 
@@ -129,6 +133,17 @@ def build_preview(tool_name: str, text: str, budget: int, profile: str, total_to
     return head_middle_tail_preview(text, budget, profile, total_tokens)
 
 
+def preview_budget_for(limit: int, header_tokens: int, chars: int, tokens: int, profile: str) -> int:
+    """The preview's share of the limit (never more than the limit itself).
+
+    The whole view (header + preview) stays within the limit where that leaves a real preview;
+    with a small limit the preview still gets half of it, or the least a preview needs when the
+    limit holds that much (below it there is no preview: the header alone says where the text is).
+    """
+    budget = max(limit // 2, limit - header_tokens - PREVIEW_LABEL_TOKENS)
+    return max(budget, min(limit, smallest_preview_budget(chars, tokens, profile)))
+
+
 def is_compacted_view(text: str, tokens: int, limit: int, profile: str) -> bool:
     """A view this module produced: a real header, and no larger than its header plus a preview."""
     if parse_offload_reference(text) is None:
@@ -146,9 +161,7 @@ def _decide(tool_name: str, text: str, limit: int, profile: str) -> tuple[_Offlo
     digest = hashlib.sha256(data).hexdigest()
     path = offload_path(tool_name, digest)
     header = offloaded_view_text(tool_name, path, digest, len(text), tokens, "")
-    # The whole view (header + preview) stays within the limit where that leaves a real preview;
-    # with a tiny limit the preview still gets half of it.
-    preview_budget = max(limit // 2, limit - estimate_tokens(header, profile) - PREVIEW_LABEL_TOKENS)
+    preview_budget = preview_budget_for(limit, estimate_tokens(header, profile), len(text), tokens, profile)
     preview = build_preview(tool_name, text, preview_budget, profile, tokens)
     view_text = offloaded_view_text(tool_name, path, digest, len(text), tokens, preview)
     if estimate_tokens(view_text, profile) >= tokens:

@@ -1,8 +1,9 @@
 """S9: structured previews of retrieval results (`query_kb`, `web_search`).
 
 The result is parsed as JSON. In the original order and within the budget the preview keeps the
-number of results, identifiers, source, title, URL, score and a bounded body preview, and says how
-many results it left out. Anything unexpected returns None so the caller falls back to S10.
+number of results, every identifier (document, chunk and file ids alike), source, title, URL, score
+and a bounded body preview, and says how many results it left out, even when none fits. Anything
+unexpected returns None so the caller falls back to S10.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ctxpress.tokens import estimate_tokens
 RETRIEVAL_TOOLS = frozenset({"query_kb", "web_search"})
 RESULT_LIST_KEYS = ("results", "documents", "items", "data", "hits", "chunks", "records", "docs")
 ID_KEYS = ("id", "doc_id", "document_id", "chunk_id", "file_id", "knowledge_id", "segment_id", "uuid")
-SOURCE_KEYS = ("source", "file_name", "filename", "path", "site", "domain")
+SOURCE_KEYS = ("source", "site_name", "publisher", "domain", "site", "file_name", "filename", "path")
 TITLE_KEYS = ("title", "name", "heading", "document_name")
 URL_KEYS = ("url", "link", "href", "uri")
 SCORE_KEYS = ("score", "relevance_score", "similarity", "rerank_score", "distance")
@@ -105,7 +106,7 @@ def _compact(value: Any) -> str:
 @dataclass(frozen=True)
 class RecordSummary:
     rank: int
-    fields: dict[str, str]  # id, source, title, url, score — under their original key names
+    fields: dict[str, str]  # ids, source, title, url, score — under their original key names
     body: str
 
     def line(self, body_chars: int) -> str:
@@ -114,10 +115,24 @@ class RecordSummary:
         return f"#{self.rank} " + " | ".join([*parts, body] if body else parts)
 
 
+def _identifiers(fields: Mapping[str, Any]) -> dict[str, str]:
+    """Every identifier of a record (a chunk id and its document id and file id alike), each
+    distinct value once."""
+    kept: dict[str, str] = {}
+    for key in ID_KEYS:
+        value = fields.get(key)
+        if value in (None, "", [], {}):
+            continue
+        shown = _compact(value)[:BODY_PREVIEW_CHARS]
+        if shown not in kept.values():
+            kept[key] = shown
+    return kept
+
+
 def summarize_record(rank: int, item: Any) -> RecordSummary:
     fields, pair_title = _flatten(item)
-    kept: dict[str, str] = {}
-    for keys in (ID_KEYS, SOURCE_KEYS, TITLE_KEYS, URL_KEYS, SCORE_KEYS):
+    kept = _identifiers(fields)
+    for keys in (SOURCE_KEYS, TITLE_KEYS, URL_KEYS, SCORE_KEYS):
         found = _first(fields, keys)
         if found is not None:
             kept[found[0]] = _compact(found[1])[:BODY_PREVIEW_CHARS]
@@ -134,36 +149,66 @@ def summarize_record(rank: int, item: Any) -> RecordSummary:
     return RecordSummary(rank, kept, body)
 
 
+def _header(total: int) -> str:
+    return f"{total} results; preview in original order:"
+
+
+def _footers(left_out: int) -> list[str]:
+    """What to say about the results left out, the fuller wording first ([] when none is)."""
+    if left_out <= 0:
+        return []
+    return [
+        f"{left_out} more results left out of this preview; the full file has all of them.",
+        f"{left_out} more results left out.",
+    ]
+
+
+def _none_shown(total: int, budget: int, profile: str) -> str:
+    """The count alone, when no result fits: the longest wording within the budget, or ""."""
+    for text in (
+        f"{total} results, all left out of this preview; the full file has all of them.",
+        f"{total} results left out.",
+    ):
+        if estimate_tokens(text, profile) <= budget:
+            return text
+    return ""
+
+
 def retrieval_preview(text: str, budget: int, profile: str = "default") -> str | None:
     """The structured preview of a retrieval result, or None when it is not a recognisable result list.
 
-    Metadata lines come first (as many results as fit in about half the budget, in order); the rest
-    of the budget is shared out as a body preview per shown result.
+    Within `budget` tokens: metadata lines first (as many results as fit in about half the budget,
+    in order), then the rest of the budget shared out as a body preview per shown result; a footer
+    says how many results were left out. When not even one result fits, the preview is the count
+    alone, and "" when not even that fits.
     """
     results = _find_result_list(_parse_json(text))
     if results is None:
         return None
     total = len(results)
-    header = f"{total} results; preview in original order:"
-    used = estimate_tokens(header, profile)
+    header_tokens = estimate_tokens(_header(total), profile)
+    # Lines are joined at line breaks, so their estimates add up (+1 for each break). Room for the
+    # shorter footer is kept while results are chosen (it can count at most `total` left out).
+    footer_room = estimate_tokens(_footers(total)[-1], profile) + 1
+    used = header_tokens
     summaries: list[RecordSummary] = []
     for rank, item in enumerate(results, start=1):
         summary = summarize_record(rank, item)
         cost = estimate_tokens(summary.line(0), profile) + 1
-        if used + cost > budget * METADATA_SHARE and summaries:
-            break
-        if used + cost > budget:
+        if used + cost + footer_room > budget or (used + cost > budget * METADATA_SHARE and summaries):
             break
         summaries.append(summary)
         used += cost
-    footer = (
-        f"{total - len(summaries)} more results left out of this preview; the full file has all of them."
-        if len(summaries) < total
-        else ""
-    )
-    used += estimate_tokens(footer, profile)
-    lines = _with_bodies(summaries, max(0, budget - used), profile)
-    return "\n".join([header, *lines, *([footer] if footer else [])])
+    while summaries:
+        metadata = sum(estimate_tokens(summary.line(0), profile) + 1 for summary in summaries)
+        for footer in _footers(total - len(summaries)) or [""]:
+            frame = header_tokens + (estimate_tokens(footer, profile) + 1 if footer else 0)
+            lines = _with_bodies(summaries, max(0, budget - frame - metadata), profile)
+            preview = "\n".join([_header(total), *lines, *([footer] if footer else [])])
+            if estimate_tokens(preview, profile) <= budget:
+                return preview
+        summaries.pop()  # the estimates did not add up after all: one result fewer
+    return _none_shown(total, budget, profile)
 
 
 def _with_bodies(summaries: list[RecordSummary], spare_tokens: int, profile: str) -> list[str]:

@@ -15,14 +15,17 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.constants import TAG_NOSTREAM
 
 from ctxpress.compaction.text_preview import head_middle_tail_preview
-from ctxpress.config import CompressionConfig
+from ctxpress.config import MESSAGES_PLACEHOLDER, CompressionConfig
 from ctxpress.summary.render import deterministic_digest, render_messages
-from ctxpress.tokens import estimate_tokens
+from ctxpress.tokens import count_request_tokens, estimate_tokens
 
 SUMMARY_SOURCE_METADATA = {"lc_source": "summarization", "ctxpress_call": "summary"}
-#: Share of the threshold the summary request's input may use, leaving room for the answer.
+#: Share of the threshold the whole summary request may use, leaving room for the answer.
 SUMMARY_INPUT_SHARE = 0.75
+#: Transcript tokens the request always has room for, however small the threshold or long the prompt.
 MIN_SUMMARY_INPUT_TOKENS = 512
+#: Re-renders with less room when the measured request is over (estimates that did not add up).
+FIT_ROUNDS = 4
 MAX_SUMMARY_TOKENS = 4096
 
 
@@ -45,12 +48,35 @@ def summary_output_budget(config: CompressionConfig) -> int:
     return max(256, min(MAX_SUMMARY_TOKENS, config.threshold_tokens // 4))
 
 
+def _request(config: CompressionConfig, transcript: str) -> list[BaseMessage]:
+    return [HumanMessage(content=config.render_summary_prompt(transcript))]
+
+
+def _request_tokens(config: CompressionConfig, request: list[BaseMessage]) -> int:
+    return count_request_tokens(request, profile=config.token_profile)
+
+
+def summary_request_budget(config: CompressionConfig) -> int:
+    """The most estimated tokens of the whole summary request (prompt and transcript together):
+    `SUMMARY_INPUT_SHARE` of the threshold, and never less than the bare prompt plus
+    `MIN_SUMMARY_INPUT_TOKENS`."""
+    bare = _request_tokens(config, _request(config, ""))
+    return max(int(config.threshold_tokens * SUMMARY_INPUT_SHARE), bare + MIN_SUMMARY_INPUT_TOKENS)
+
+
 def build_summary_request(config: CompressionConfig, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    """The summary model's input, bounded so the summary request itself fits."""
-    profile = config.token_profile
-    prompt_tokens = estimate_tokens(config.render_summary_prompt(""), profile)
-    budget = max(MIN_SUMMARY_INPUT_TOKENS, int(config.threshold_tokens * SUMMARY_INPUT_SHARE) - prompt_tokens)
-    return [HumanMessage(content=config.render_summary_prompt(render_messages(messages, budget, profile)))]
+    """The summary model's input, within `summary_request_budget` by the same estimate."""
+    budget = summary_request_budget(config)
+    bare = _request_tokens(config, _request(config, ""))
+    copies = max(1, config.summary_prompt.count(MESSAGES_PLACEHOLDER))  # each gets the transcript
+    room = (budget - bare) // copies
+    for _ in range(FIT_ROUNDS):
+        request = _request(config, render_messages(messages, room, config.token_profile))
+        tokens = _request_tokens(config, request)
+        if tokens <= budget:
+            return request
+        room -= -(-(tokens - budget) // copies)  # the overshoot, shared by the copies (rounded up)
+    return _request(config, "")
 
 
 @dataclass(frozen=True)
