@@ -22,7 +22,7 @@ from ctxpress.config import CompressionConfig
 from ctxpress.summary.event import SummarizationEvent, effective_messages
 from ctxpress.summary.step import SaveAndSummarize, SavedSummary, SummaryStep, save_history, summary_step
 from ctxpress.summary.summarizer import asummarize
-from ctxpress.tokens import count_request_tokens
+from ctxpress.tokens import TokenCounter
 from ctxpress.workdir import Workdir
 
 FailedPart = Literal["history", "summary", "compaction"]
@@ -69,12 +69,18 @@ async def compress_now(
     thread_id: str | None = None,
     summary_timeout: float | None = 120.0,
     cache: CompactionCache | None = None,
+    counter: TokenCounter | None = None,
     callbacks: Sequence[BaseCallbackHandler] = (),
 ) -> ManualCompressionResult:
-    """Summarise what the current event does not cover yet; return the new event (not applied)."""
+    """Summarise what the current event does not cover yet; return the new event (not applied).
+
+    Pass the agent middleware's `token_counter` to reuse what its model calls already counted (a
+    fresh counter otherwise).
+    """
     effective = effective_messages(messages, event)
     profile = config.token_profile
-    tokens_before = count_request_tokens(effective.messages, system_message, tools, profile)
+    counter = counter if counter is not None else TokenCounter()
+    tokens_before = counter.count_request(effective.messages, system_message, tools, profile)
     since_cutoff = len(messages) - effective.cutoff_index
     if since_cutoff <= config.summary_keep_messages:
         return ManualCompressionResult(
@@ -101,7 +107,9 @@ async def compress_now(
     else:
         # In order, unlike the automatic path: a failed summary must not leave a history file
         # that no event will ever name (S28 publishes nothing on failure).
-        outcome = await asummarize(summary_model, config, effect.messages, summary_timeout, callbacks)
+        outcome = await asummarize(
+            summary_model, config, effect.messages, summary_timeout, callbacks, counter=counter
+        )
         if not outcome.ok:
             raise ManualCompressionError("summary", f"the summary model failed: {outcome.error}")
         file_path, write_error = await asyncio.to_thread(save_history, workdir, effect)
@@ -120,5 +128,5 @@ async def compress_now(
             tokens_after=tokens_before,
             reason="no safe cutoff: every older message belongs to an unfinished tool-call batch",
         )
-    tokens_after = count_request_tokens(step.view, system_message, tools, profile)
+    tokens_after = counter.count_request(step.view, system_message, tools, profile)
     return ManualCompressionResult(True, tokens_before, tokens_after, event=step.event)

@@ -60,7 +60,7 @@ from ctxpress.summary.step import (
 from ctxpress.summary.summarizer import (
     short_error,
 )
-from ctxpress.tokens import count_request_tokens
+from ctxpress.tokens import TokenCounter
 from ctxpress.workdir import Workdir
 
 logger = logging.getLogger("ctxpress.middleware")
@@ -144,6 +144,9 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
 
     Place it first (outermost) in `middleware=[...]`, before retry/fallback middleware, so that a
     `ContextOverflowError` from the model reaches it (see `ctxpress.overflow`).
+
+    Each instance owns its `token_counter` (token counts, with the whole-message memo). Pass
+    `counter=` to share it between instances, or with `compress_now` and `measure_request`.
     """
 
     state_schema = CompressionState
@@ -157,6 +160,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         summary_timeout: float | None = DEFAULT_SUMMARY_TIMEOUT_S,
         on_pressure: PressureCallback | None = None,
         cache: CompactionCache | None = None,
+        counter: TokenCounter | None = None,
     ) -> None:
         super().__init__()
         self.config = config or CompressionConfig()
@@ -165,6 +169,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         self.summary_timeout = summary_timeout
         self.on_pressure = on_pressure
         self._cache = cache if cache is not None else DEFAULT_CACHE
+        self.token_counter = counter if counter is not None else TokenCounter()
 
     @property
     def name(self) -> str:
@@ -211,6 +216,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             self._summary_model(request),
             self.config,
             self.summary_timeout,
+            counter=self.token_counter,
         )
 
     async def _run_async(
@@ -231,6 +237,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             self._summary_model(request),
             self.config,
             self.summary_timeout,
+            counter=self.token_counter,
         )
 
     def _resolve_workdir(self, request: ModelRequest) -> Workdir:
@@ -368,8 +375,8 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
 
     def _count(self, call: _Call, messages: Sequence[BaseMessage]) -> int:
         # A LangGraph state's messages are values (replaced, never edited in place), so each one's
-        # count is remembered whole by its id (`ctxpress.message_memo`).
-        return count_request_tokens(
+        # count is remembered whole by its id (`ctxpress.tokens.message_memo`).
+        return self.token_counter.count_request(
             messages,
             call.request.system_message,
             call.request.tools,
@@ -381,7 +388,9 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         if self.on_pressure is None:
             return
         request = call.request
-        pressure = measure_request(view, request.system_message, request.tools, self.config, total=total)
+        pressure = measure_request(
+            view, request.system_message, request.tools, self.config, total=total, counter=self.token_counter
+        )
         try:
             self.on_pressure(pressure)
         except Exception:  # an observer must never break the model call

@@ -12,7 +12,7 @@ from ctxpress.compaction.content import content_text
 from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.compaction.text_preview import head_middle_tail_preview
 from ctxpress.summary.event import is_summary_message
-from ctxpress.tokens import count_message_tokens
+from ctxpress.tokens import TokenCounter
 
 #: Every message keeps at least this much of its text when the input is squeezed to the budget.
 MIN_TOKENS_PER_MESSAGE = 24
@@ -43,11 +43,19 @@ def message_text(message: BaseMessage) -> str:
     return text
 
 
-def render_messages(messages: Sequence[BaseMessage], budget: int, profile: str = "default") -> str:
+def render_messages(
+    messages: Sequence[BaseMessage],
+    budget: int,
+    profile: str = "default",
+    *,
+    counter: TokenCounter | None = None,
+) -> str:
     """`[n] role: text` lines; when over `budget` tokens each message is cut in proportion to its size."""
     texts = [message_text(message) for message in messages]
-    # Cached per-message counts (content + tool calls): close enough to size the cut, and free warm.
-    sizes = [count_message_tokens(message, profile) for message in messages]
+    # Per-message counts (content + tool calls): close enough to size the cut, and free warm (the
+    # middleware's counter has just counted these messages).
+    counter = counter if counter is not None else TokenCounter()
+    sizes = [counter.count_message(message, profile) for message in messages]
     total = sum(sizes)
     if total > budget:
         scale = budget / total

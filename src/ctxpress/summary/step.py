@@ -26,6 +26,7 @@ from ctxpress.summary.summarizer import (
     short_error,
     summarize,
 )
+from ctxpress.tokens import TokenCounter
 from ctxpress.workdir import Workdir
 
 logger = logging.getLogger("ctxpress.summary")
@@ -134,10 +135,13 @@ def save_and_summarize(
     model: BaseChatModel,
     config: CompressionConfig,
     timeout: float | None = None,
+    *,
+    counter: TokenCounter | None = None,
 ) -> SavedSummary:
     """The effect carried out in order (sync callers)."""
     file_path, write_error = save_history(workdir, effect)
-    return SavedSummary(file_path, write_error, summarize(model, config, effect.messages, timeout))
+    outcome = summarize(model, config, effect.messages, timeout, counter=counter)
+    return SavedSummary(file_path, write_error, outcome)
 
 
 async def asave_and_summarize(
@@ -146,10 +150,12 @@ async def asave_and_summarize(
     model: BaseChatModel,
     config: CompressionConfig,
     timeout: float | None,
+    *,
+    counter: TokenCounter | None = None,
 ) -> SavedSummary:
     """The effect with the history write and the summary call running concurrently."""
     (file_path, write_error), outcome = await asyncio.gather(
         asyncio.to_thread(save_history, workdir, effect),
-        asummarize(model, config, effect.messages, timeout),
+        asummarize(model, config, effect.messages, timeout, counter=counter),
     )
     return SavedSummary(file_path, write_error, outcome)

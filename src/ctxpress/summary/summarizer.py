@@ -17,7 +17,7 @@ from langgraph.constants import TAG_NOSTREAM
 from ctxpress.compaction.text_preview import head_middle_tail_preview
 from ctxpress.config import CompressionConfig
 from ctxpress.summary.render import deterministic_digest, render_messages
-from ctxpress.tokens import estimate_tokens
+from ctxpress.tokens import TokenCounter, estimate_tokens
 
 SUMMARY_SOURCE_METADATA = {"lc_source": "summarization", "ctxpress_call": "summary"}
 #: Share of the threshold the summary request's input may use, leaving room for the answer.
@@ -45,12 +45,15 @@ def summary_output_budget(config: CompressionConfig) -> int:
     return max(256, min(MAX_SUMMARY_TOKENS, config.threshold_tokens // 4))
 
 
-def build_summary_request(config: CompressionConfig, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+def build_summary_request(
+    config: CompressionConfig, messages: Sequence[BaseMessage], counter: TokenCounter | None = None
+) -> list[BaseMessage]:
     """The summary model's input, bounded so the summary request itself fits."""
     profile = config.token_profile
     prompt_tokens = estimate_tokens(config.render_summary_prompt(""), profile)
     budget = max(MIN_SUMMARY_INPUT_TOKENS, int(config.threshold_tokens * SUMMARY_INPUT_SHARE) - prompt_tokens)
-    return [HumanMessage(content=config.render_summary_prompt(render_messages(messages, budget, profile)))]
+    rendered = render_messages(messages, budget, profile, counter=counter)
+    return [HumanMessage(content=config.render_summary_prompt(rendered))]
 
 
 @dataclass(frozen=True)
@@ -94,10 +97,13 @@ def summarize(
     config: CompressionConfig,
     messages: Sequence[BaseMessage],
     timeout: float | None = None,
+    *,
+    counter: TokenCounter | None = None,
 ) -> SummaryOutcome:
     """The sync summary call; with a `timeout` it runs in a daemon thread that is abandoned if it
-    hangs (a sync call cannot be cancelled), so a hung summary model never hangs the run (S27)."""
-    request = build_summary_request(config, messages)
+    hangs (a sync call cannot be cancelled), so a hung summary model never hangs the run (S27).
+    `counter` sizes the messages (a fresh one without)."""
+    request = build_summary_request(config, messages, counter)
     if timeout is None:
         try:
             response = model.invoke(request, config=summary_call_config())
@@ -129,9 +135,11 @@ async def asummarize(
     messages: Sequence[BaseMessage],
     timeout: float | None,
     callbacks: Sequence[BaseCallbackHandler] = (),
+    *,
+    counter: TokenCounter | None = None,
 ) -> SummaryOutcome:
     try:
-        request = build_summary_request(config, messages)
+        request = build_summary_request(config, messages, counter)
         call = model.ainvoke(request, config=summary_call_config(callbacks))
         response = await asyncio.wait_for(call, timeout)
     except TimeoutError:

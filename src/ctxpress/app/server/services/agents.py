@@ -56,6 +56,7 @@ from ctxpress.app.server.services.workdirs import ConversationWorkdirs
 from ctxpress.config import CompressionConfig
 from ctxpress.middleware import ContextCompressionMiddleware
 from ctxpress.overflow import OverflowMappingMiddleware
+from ctxpress.tokens import TokenCounter
 
 logger = logging.getLogger(__name__)
 
@@ -270,6 +271,9 @@ class AgentRuntime:
     tools: list[BaseTool | Callable[..., Any]]
     main_usage_provider: str | None
     summary_usage_provider: str | None
+    #: The token counter of the agent's middleware, shared with manual compression and the status
+    #: panel so that they count the same thread warm.
+    token_counter: TokenCounter
 
     @property
     def compression(self) -> CompressionConfig:
@@ -346,7 +350,11 @@ class AgentRegistry:
 
 
 def agent_middleware(
-    definition: AgentDefinition, *, summary_model: BaseChatModel, workdirs: ConversationWorkdirs
+    definition: AgentDefinition,
+    *,
+    summary_model: BaseChatModel,
+    workdirs: ConversationWorkdirs,
+    counter: TokenCounter | None = None,
 ) -> list[AgentMiddleware[Any, Any]]:
     middleware: list[AgentMiddleware[Any, Any]] = []
     if definition.has_capability(CONTEXT_COMPRESSION):
@@ -358,6 +366,7 @@ def agent_middleware(
                 summary_model=summary_model,
                 # Each main-model request's size goes onto the run's stream; the executor records it (S22).
                 on_pressure=publish_pressure,
+                counter=counter,
             )
         )
     middleware.extend(definition.extra_middleware)
@@ -375,12 +384,13 @@ def _build_runtime(
     summary_spec = definition.summary_model or definition.model
     summary_model = main_model if definition.summary_model is None else summary_spec.build()
     tools = resolve_tools(definition.tools, workdirs, extra_tools, unavailable_tools)
+    counter = TokenCounter()
     graph = create_agent(
         main_model,
         tools,
         system_prompt=definition.system_prompt,
         middleware=[
-            *agent_middleware(definition, summary_model=summary_model, workdirs=workdirs),
+            *agent_middleware(definition, summary_model=summary_model, workdirs=workdirs, counter=counter),
             # Innermost: real servers word "context exceeded" in many ways (llama.cpp, vLLM, Ollama,
             # DeepSeek, SiliconFlow…); only a ContextOverflowError reaches the forced summary (S6).
             OverflowMappingMiddleware(),
@@ -396,4 +406,5 @@ def _build_runtime(
         tools=tools,
         main_usage_provider=definition.model.provider,
         summary_usage_provider=summary_spec.provider,
+        token_counter=counter,
     )
