@@ -10,7 +10,7 @@ message as a real request is -- with the threshold midway between the whole thre
 view: short prefixes go below the threshold, long ones through L1 (which brings every prefix
 under it, so no summary is needed). Every call gets new message objects with new strings, decoded
 from JSON as a checkpoint reload gives them. The middleware uses its default caches (a token counter
-of its own, the process-wide L1 cache) and one workdir, as one long conversation in one worker would.
+and an L1 cache of its own) and one workdir, as one long conversation in one worker would.
 
 RSS (VmRSS of /proc/self/status) is printed every 1,000 calls. Verdict: bounded when RSS after the
 last call is within `GROWTH_LIMIT_MB` of RSS after the first 20% of the calls (warm-up: the caches
@@ -40,7 +40,6 @@ from common import (
     update_docs,
 )
 from ctxpress.compaction import compact_view
-from ctxpress.compaction.view import DEFAULT_CACHE
 from ctxpress.config import CompressionConfig
 from ctxpress.tokens import count_request_tokens
 from ctxpress.workdir import LocalWorkdir
@@ -77,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         view = compact_view(thread.messages, CompressionConfig(), LocalWorkdir(Path(scratch) / "probe"))
         threshold = (raw + count_request_tokens(view.messages, thread.system, thread.tools)) // 2
         middleware = make_ours(threshold, LocalWorkdir(Path(scratch) / "workdir"), model)  # its own caches
-        counter, l1_cache = middleware.token_counter, DEFAULT_CACHE
+        counter, l1_cache = middleware.token_counter, middleware.compaction_cache
         del view
         settle()
         info = counter.cache_info()

@@ -74,8 +74,8 @@ async def compress_now(
 ) -> ManualCompressionResult:
     """Summarise what the current event does not cover yet; return the new event (not applied).
 
-    Pass the agent middleware's `token_counter` to reuse what its model calls already counted (a
-    fresh counter otherwise).
+    Pass the agent middleware's `compaction_cache` and `token_counter` to reuse what its model calls
+    already decided and counted (fresh ones otherwise).
     """
     effective = effective_messages(messages, event)
     profile = config.token_profile

@@ -40,7 +40,6 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
 from ctxpress.compaction import CompactionCache, CompactionResult, compact_view
-from ctxpress.compaction.view import DEFAULT_CACHE
 from ctxpress.config import CompressionConfig
 from ctxpress.events import CompressionEvents, Level
 from ctxpress.overflow_trim import trim_kept_tool_results
@@ -145,8 +144,9 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
     Place it first (outermost) in `middleware=[...]`, before retry/fallback middleware, so that a
     `ContextOverflowError` from the model reaches it (see `ctxpress.overflow`).
 
-    Each instance owns its `token_counter` (token counts, with the whole-message memo). Pass
-    `counter=` to share it between instances, or with `compress_now` and `measure_request`.
+    Each instance owns its caches: `token_counter` (token counts, with the whole-message memo) and
+    `compaction_cache` (L1 decisions per content). Pass `counter=` / `cache=` to share them between
+    instances, or with `compress_now` and `measure_request`.
     """
 
     state_schema = CompressionState
@@ -168,7 +168,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         self.summary_model = summary_model
         self.summary_timeout = summary_timeout
         self.on_pressure = on_pressure
-        self._cache = cache if cache is not None else DEFAULT_CACHE
+        self.compaction_cache = cache if cache is not None else CompactionCache()
         self.token_counter = counter if counter is not None else TokenCounter()
 
     @property
@@ -247,11 +247,13 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         return self.summary_model or request.model
 
     def _build_l1(self, messages: list[BaseMessage], request: ModelRequest) -> CompactionResult:
-        return compact_view(messages, self.config, self._resolve_workdir(request), cache=self._cache)
+        return compact_view(
+            messages, self.config, self._resolve_workdir(request), cache=self.compaction_cache
+        )
 
     def _trim(self, effect: TrimTail, request: ModelRequest) -> tuple[list[BaseMessage], list[BaseMessage]]:
         return trim_kept_tool_results(
-            effect.view, effect.originals, self.config, self._resolve_workdir(request), self._cache
+            effect.view, effect.originals, self.config, self._resolve_workdir(request), self.compaction_cache
         )
 
     # --- the flow -------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ from ctxpress.app.models import BUILTIN_MODEL_NAME, BUILTIN_NOTICE, BUILTIN_PROV
 from ctxpress.app.server.services.pressure import publish_pressure
 from ctxpress.app.server.services.tools import ToolSpec, resolve_tools
 from ctxpress.app.server.services.workdirs import ConversationWorkdirs
+from ctxpress.compaction import CompactionCache
 from ctxpress.config import CompressionConfig
 from ctxpress.middleware import ContextCompressionMiddleware
 from ctxpress.overflow import OverflowMappingMiddleware
@@ -271,9 +272,10 @@ class AgentRuntime:
     tools: list[BaseTool | Callable[..., Any]]
     main_usage_provider: str | None
     summary_usage_provider: str | None
-    #: The token counter of the agent's middleware, shared with manual compression and the status
-    #: panel so that they count the same thread warm.
+    #: The caches of the agent's middleware, shared with manual compression and the status panel so
+    #: that they count and compact the same thread warm.
     token_counter: TokenCounter
+    compaction_cache: CompactionCache
 
     @property
     def compression(self) -> CompressionConfig:
@@ -355,6 +357,7 @@ def agent_middleware(
     summary_model: BaseChatModel,
     workdirs: ConversationWorkdirs,
     counter: TokenCounter | None = None,
+    cache: CompactionCache | None = None,
 ) -> list[AgentMiddleware[Any, Any]]:
     middleware: list[AgentMiddleware[Any, Any]] = []
     if definition.has_capability(CONTEXT_COMPRESSION):
@@ -367,6 +370,7 @@ def agent_middleware(
                 # Each main-model request's size goes onto the run's stream; the executor records it (S22).
                 on_pressure=publish_pressure,
                 counter=counter,
+                cache=cache,
             )
         )
     middleware.extend(definition.extra_middleware)
@@ -384,13 +388,15 @@ def _build_runtime(
     summary_spec = definition.summary_model or definition.model
     summary_model = main_model if definition.summary_model is None else summary_spec.build()
     tools = resolve_tools(definition.tools, workdirs, extra_tools, unavailable_tools)
-    counter = TokenCounter()
+    counter, cache = TokenCounter(), CompactionCache()
     graph = create_agent(
         main_model,
         tools,
         system_prompt=definition.system_prompt,
         middleware=[
-            *agent_middleware(definition, summary_model=summary_model, workdirs=workdirs, counter=counter),
+            *agent_middleware(
+                definition, summary_model=summary_model, workdirs=workdirs, counter=counter, cache=cache
+            ),
             # Innermost: real servers word "context exceeded" in many ways (llama.cpp, vLLM, Ollama,
             # DeepSeek, SiliconFlow…); only a ContextOverflowError reaches the forced summary (S6).
             OverflowMappingMiddleware(),
@@ -407,4 +413,5 @@ def _build_runtime(
         main_usage_provider=definition.model.provider,
         summary_usage_provider=summary_spec.provider,
         token_counter=counter,
+        compaction_cache=cache,
     )

@@ -215,6 +215,7 @@ class CompressionService:
                     system_message=system_message_of(runtime.definition.system_prompt),
                     tools=runtime.tools,
                     thread_id=conversation_id,
+                    cache=runtime.compaction_cache,
                     counter=runtime.token_counter,
                     callbacks=[collector],
                 )
