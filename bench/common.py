@@ -52,7 +52,7 @@ from ctxpress.compaction import CompactionCache
 from ctxpress.compaction.content import content_text
 from ctxpress.config import TOKENS_PER_K
 from ctxpress.middleware import ContextCompressionMiddleware
-from ctxpress.tokens import count_request_tokens
+from ctxpress.tokens import TokenCounter, count_request_tokens
 from ctxpress.tools.replay import ReplayStep, replay_messages
 from ctxpress.tools.traces import Conversation, iter_conversations
 from ctxpress.tools.traces.model import finalize_conversation
@@ -277,11 +277,14 @@ def make_ours(
     workdir: LocalWorkdir,
     model: BaseChatModel,
     cache_: CompactionCache | None = None,
+    counter: TokenCounter | None = None,
 ) -> ContextCompressionMiddleware:
     config = CompressionConfig(
         summary_threshold=threshold_tokens / TOKENS_PER_K, summary_keep_messages=KEEP_MESSAGES
     )
-    return ContextCompressionMiddleware(config, workdir=workdir, summary_model=model, cache=cache_)
+    return ContextCompressionMiddleware(
+        config, workdir=workdir, summary_model=model, cache=cache_, counter=counter
+    )
 
 
 def make_langchain(threshold_tokens: int, model: BaseChatModel) -> LangChainSummarization:

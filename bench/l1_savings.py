@@ -56,7 +56,7 @@ from common import (
 )
 from ctxpress.compaction.content import content_text
 from ctxpress.config import TOKENS_PER_K
-from ctxpress.tokens import count_message_tokens, count_request_tokens
+from ctxpress.tokens import TokenCounter
 from real_tokenizers import load_real_tokenizer
 
 MARKER = "l1_savings"
@@ -102,17 +102,18 @@ class Costs:
 
     def __init__(self, meter: RealMeter) -> None:
         self.meter = meter
+        self.counter = TokenCounter()
         self._memo: dict[int, tuple[BaseMessage, int, int]] = {}
 
     def message(self, message: BaseMessage) -> tuple[int, int]:
         entry = self._memo.get(id(message))
         if entry is None or entry[0] is not message:
-            entry = (message, count_message_tokens(message), self.meter.message(message))
+            entry = (message, self.counter.count_message(message), self.meter.message(message))
             self._memo[id(message)] = entry
         return entry[1], entry[2]
 
     def request(self, messages: Sequence[BaseMessage], thread: Thread) -> tuple[int, int]:
-        est = count_request_tokens([], thread.system, thread.tools)
+        est = self.counter.count_request([], thread.system, thread.tools)
         real = self.meter.fixed(thread.system, thread.tools)
         for message in messages:
             one_est, one_real = self.message(message)

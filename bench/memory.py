@@ -9,8 +9,8 @@ Call i sends a prefix of it -- lengths cycle from 60% to 100% of the messages, c
 message as a real request is -- with the threshold midway between the whole thread and its L1
 view: short prefixes go below the threshold, long ones through L1 (which brings every prefix
 under it, so no summary is needed). Every call gets new message objects with new strings, decoded
-from JSON as a checkpoint reload gives them. The middleware uses its default (process-wide) caches
-and one workdir, as one long conversation in one worker would.
+from JSON as a checkpoint reload gives them. The middleware uses its default caches (a token counter
+and an L1 cache of its own) and one workdir, as one long conversation in one worker would.
 
 RSS (VmRSS of /proc/self/status) is printed every 1,000 calls. Verdict: bounded when RSS after the
 last call is within `GROWTH_LIMIT_MB` of RSS after the first 20% of the calls (warm-up: the caches
@@ -40,9 +40,8 @@ from common import (
     update_docs,
 )
 from ctxpress.compaction import compact_view
-from ctxpress.compaction.view import DEFAULT_CACHE
 from ctxpress.config import CompressionConfig
-from ctxpress.tokens import count_request_tokens, token_cache_info
+from ctxpress.tokens import count_request_tokens
 from ctxpress.workdir import LocalWorkdir
 
 MARKER = "memory"
@@ -76,12 +75,13 @@ def main(argv: list[str] | None = None) -> None:
         raw = thread.tokens
         view = compact_view(thread.messages, CompressionConfig(), LocalWorkdir(Path(scratch) / "probe"))
         threshold = (raw + count_request_tokens(view.messages, thread.system, thread.tools)) // 2
-        middleware = make_ours(threshold, LocalWorkdir(Path(scratch) / "workdir"), model)  # default caches
+        middleware = make_ours(threshold, LocalWorkdir(Path(scratch) / "workdir"), model)  # its own caches
+        counter, l1_cache = middleware.token_counter, middleware.compaction_cache
         del view
         settle()
-        info = token_cache_info()
+        info = counter.cache_info()
         samples: list[tuple[int, float, int, int, int, float]] = [
-            (0, rss_mb(), info["entries"], info["messages"], len(DEFAULT_CACHE), 0.0)
+            (0, rss_mb(), info["entries"], info["messages"], len(l1_cache), 0.0)
         ]
         l1_calls = 0
         in_middleware = 0.0
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
             # New objects and new strings, as a checkpoint reload gives them.
             messages = messages_from_dict([json.loads(record) for record in records[:length]])
             request = model_request(model, messages, thread.system, thread.tools)
-            before = count_request_tokens(messages, thread.system, thread.tools)
+            before = counter.count_request(messages, thread.system, thread.tools)
             call_started = time.perf_counter()
             response = middleware.wrap_model_call(request, canned_handler)
             in_middleware += time.perf_counter() - call_started
@@ -99,20 +99,20 @@ def main(argv: list[str] | None = None) -> None:
                 raise SystemExit("a summary was made: the threshold choice is wrong for this thread")
             l1_calls += before >= threshold
             if index % EVERY == 0:
-                info = token_cache_info()
+                info = counter.cache_info()
                 samples.append(
                     (
                         index,
                         rss_mb(),
                         info["entries"],
                         info["messages"],
-                        len(DEFAULT_CACHE),
+                        len(l1_cache),
                         time.perf_counter() - started,
                     )
                 )
                 print(
                     f"{index:>6} calls: RSS {samples[-1][1]:.1f} MB, token cache {info['entries']:,} entries, "
-                    f"message memo {info['messages']:,}, L1 cache {len(DEFAULT_CACHE):,} entries",
+                    f"message memo {info['messages']:,}, L1 cache {len(l1_cache):,} entries",
                     flush=True,
                 )
 

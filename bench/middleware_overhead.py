@@ -61,10 +61,9 @@ from common import (
     time_interleaved,
     update_docs,
 )
-from ctxpress import middleware as ctxpress_middleware
 from ctxpress.compaction import CompactionCache, compact_view
 from ctxpress.config import CompressionConfig
-from ctxpress.tokens import clear_token_cache, count_request_tokens
+from ctxpress.tokens import TokenCounter, count_request_tokens
 from ctxpress.workdir import LocalWorkdir
 
 MARKER = "overhead"
@@ -98,10 +97,25 @@ class Row:
         return self.timings["ctxpress"].p50_ms / self.timings["deepagents"].p50_ms
 
 
+class CountingTokenCounter(TokenCounter):
+    """A token counter that counts the whole-request counts made with it."""
+
+    requests = 0
+
+    def count_request(self, *args: Any, **kwargs: Any) -> int:
+        self.requests += 1
+        return super().count_request(*args, **kwargs)
+
+
 class Bench:
-    """The three middlewares over one thread, with scratch directories under `root`."""
+    """The three middlewares over one thread, with scratch directories under `root`.
+
+    Every ctxpress middleware it builds shares the bench's `counter`, as the middlewares of one
+    agent would: a new middleware for a first L1 pass does not also pay for counting cold.
+    """
 
     def __init__(self, thread: Thread, root: Path) -> None:
+        self.counter = CountingTokenCounter()
         self.thread = thread
         self.root = root
         self.model = InstantChatModel()
@@ -120,7 +134,7 @@ class Bench:
     def ours(
         self, threshold: int, workdir: LocalWorkdir, cache: CompactionCache
     ) -> Callable[[list[BaseMessage]], str]:
-        middleware = make_ours(threshold, workdir, self.model, cache)
+        middleware = make_ours(threshold, workdir, self.model, cache, self.counter)
         thread = self.thread
 
         def call(messages: list[BaseMessage]) -> str:
@@ -156,7 +170,7 @@ def _fresh(
 ) -> Callable[[], Callable[[], object]]:
     def setup() -> Callable[[], object]:
         if clear:
-            clear_token_cache()
+            bench.counter.clear()
         messages = bench.reloader.load()
         return lambda: call(messages)
 
@@ -174,11 +188,11 @@ def _below_rows(
     """Warm first, on a cache primed by these very objects (otherwise every lookup compares a
     string with an equal copy); then reload (new objects, warm cache); then cold (cache cleared)."""
     actions = {name: "below" for name in calls}
-    clear_token_cache()
+    bench.counter.clear()
     warm = time_interleaved({n: _same(bench, c) for n, c in calls.items()}, runs.below_warm)
     reload = time_interleaved({n: _fresh(bench, c, clear=False) for n, c in calls.items()}, runs.below_fresh)
     cold = time_interleaved({n: _fresh(bench, c, clear=True) for n, c in calls.items()}, runs.below_fresh)
-    clear_token_cache()
+    bench.counter.clear()
     return [
         Row(label, "below, cold", cold, actions),
         Row(label, "below, reload", reload, actions),
@@ -320,25 +334,15 @@ def diagnose(thread: Thread, root: Path, runs: Runs) -> Diagnosis:
     l1 = bench.ours((thread.tokens + view) // 2, LocalWorkdir(bench.scratch()), CompactionCache())
     below(thread.messages)
     l1(thread.messages)
-    original = ctxpress_middleware.count_request_tokens
-    counted = 0
-
-    def counting(*args: Any, **kwargs: Any) -> int:
-        nonlocal counted
-        counted += 1
-        return original(*args, **kwargs)
-
-    ctxpress_middleware.count_request_tokens = counting
-    try:
-        below(thread.messages)
-        counts_below, counted = counted, 0
-        l1(thread.messages)
-        counts_l1 = counted
-    finally:
-        ctxpress_middleware.count_request_tokens = original
+    counter = bench.counter
+    counted = counter.requests
+    below(thread.messages)
+    counts_below, counted = counter.requests - counted, counter.requests
+    l1(thread.messages)
+    counts_l1 = counter.requests - counted
 
     def count(messages: list[BaseMessage], memo: bool = True) -> Callable[[], object]:
-        return lambda: count_request_tokens(messages, thread.system, thread.tools, immutable_messages=memo)
+        return lambda: counter.count_request(messages, thread.system, thread.tools, immutable_messages=memo)
 
     def release() -> Callable[[], object]:
         loaded = [bench.reloader.load()]
@@ -356,7 +360,7 @@ def diagnose(thread: Thread, root: Path, runs: Runs) -> Diagnosis:
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(50):
-        count_request_tokens(thread.messages, thread.system, thread.tools, immutable_messages=True)
+        counter.count_request(thread.messages, thread.system, thread.tools, immutable_messages=True)
     profiler.disable()
     entries = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     total = sum(entry[2] for entry in entries.values())
@@ -383,7 +387,7 @@ def explain(diagnosis: Diagnosis, rows: list[Row]) -> list[str]:
     lines = [
         f"Where the time goes ({diagnosis.thread}): a below-threshold call counts the whole request "
         f"{diagnosis.counts_below}×, an L1 call {diagnosis.counts_l1}×. The middleware counts with the "
-        "whole-message memo (`ctxpress.message_memo`: a LangGraph state's messages are replaced, never "
+        "whole-message memo (`ctxpress.tokens.message_memo`: a LangGraph state's messages are replaced, never "
         "edited in place, so a message's count is remembered by its id and found again by comparing its "
         f"fields). One count takes {warm:.3f} ms warm ({warm / da_warm:.2f}× DeepAgents' whole warm call) "
         f"and {reload:.3f} ms after a reload ({reload / da_reload:.2f}× DeepAgents' whole call on reloaded "
@@ -398,7 +402,7 @@ def explain(diagnosis: Diagnosis, rows: list[Row]) -> list[str]:
         f"{diagnosis.release.p50_ms:.3f} ms. The count without the memo (hashing every new string) takes "
         f"{diagnosis.exact_reload.p50_ms:.3f} ms on the same reload.",
         "- cold: a first sight of a text is a byte-class scan where chars/4 is one `len()`; the "
-        "estimate cache pays it once per text per process, so in a running agent it is paid for the "
+        "middleware's token counter pays it once per text, so in a running agent it is paid for the "
         "new messages of each call, not the whole thread.",
     ]
     return lines

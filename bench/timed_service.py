@@ -50,6 +50,7 @@ from ctxpress.app.server.app import create_app
 from ctxpress.app.server.repositories.pressure import PressureRepository
 from ctxpress.app.server.settings import Settings
 from ctxpress.app.server.usecases import compression
+from ctxpress.tokens import TokenCounter
 
 TIMINGS_ENV = "CTXPRESS_BENCH_TIMINGS"
 PROFILE_ENV = "CTXPRESS_BENCH_PROFILE"
@@ -133,12 +134,18 @@ def wrap(owner: Any, name: str, wrapper: Callable[[Any], Any]) -> Any:
     return original
 
 
+def time_token_counts(counter: TokenCounter) -> None:
+    """Time the whole-request counts of an agent's token counter, the one manual compression counts
+    with (the built-in model counts with a counter of its own, inside the summary model's step)."""
+    if "count_request" not in vars(counter):  # not wrapped yet
+        counter.count_request = timed_sync("token counts", counter.count_request)  # type: ignore[method-assign]
+
+
 def instrument(timings_file: str, profile_file: str | None) -> None:
     """Wrap the steps of manual compression where the service looks them up."""
     wrap(manual, "compact_view", lambda f: timed_sync("L1 view", f))
     wrap(manual, "save_history", lambda f: timed_sync("history file", f))
     wrap(manual, "asummarize", lambda f: timed_async("summary call (with the model)", f))
-    wrap(manual, "count_request_tokens", lambda f: timed_sync("token counts", f))
     wrap(CompiledStateGraph, "aget_state", lambda f: timed_async("state read (aget_state)", f))
     wrap(CompiledStateGraph, "aupdate_state", lambda f: timed_async("state update (aupdate_state)", f))
     wrap(PressureRepository, "invalidate", lambda f: timed_async("pressure record", f))
@@ -165,6 +172,9 @@ def instrument(timings_file: str, profile_file: str | None) -> None:
     profiler = cProfile.Profile() if profile_file else None
 
     async def compress(self: compression.CompressionService, conversation: Any) -> Any:
+        runtime = self.agents.get(conversation.agent_name)
+        if runtime is not None:
+            time_token_counts(runtime.token_counter)
         watch = Stopwatch()
         token = CURRENT.set(watch)
         started = time.perf_counter()

@@ -6,7 +6,7 @@
 Reports, on the *eval* half of the samples (the half the weights were not fitted on):
 - error per text type x tokenizer family: the matching profile, ``default``, and chars/4;
 - throughput (MB/s of UTF-8) of the estimator, chars/4 and each real tokenizer, timed in one run;
-- the per-message cache: cold vs warm ``count_request_tokens`` on a long real thread, against
+- the per-message cache: cold vs warm ``TokenCounter.count_request`` on a long real thread, against
   ``langchain_core``'s ``count_tokens_approximately`` (chars/4) on the same messages.
 """
 
@@ -26,13 +26,9 @@ from pathlib import Path
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict, messages_to_dict
 from langchain_core.messages.utils import count_tokens_approximately
 
-from ctxpress import tokens
-from ctxpress.tokens import (
-    clear_token_cache,
-    count_request_tokens,
-    estimate_tokens,
-    token_cache_info,
-)
+from ctxpress.tokens import TokenCounter, count_request_tokens, estimate_tokens
+from ctxpress.tokens.counter import REQUEST_OVERHEAD_TOKENS
+from ctxpress.tokens.messages import MESSAGE_OVERHEAD_TOKENS, NAME_OVERHEAD_TOKENS, TOOL_CALL_OVERHEAD_TOKENS
 from real_tokenizers import ALL_FAMILIES, PROFILE_FAMILIES, RealTokenizer, load_real_tokenizers
 from samples import (
     CALIBRATION_LANGUAGES,
@@ -221,19 +217,19 @@ def real_request_tokens(thread: Sequence[BaseMessage], count: Callable[[str], in
     name, tool_call_id and tool calls (name + JSON arguments). The fixed per-message / per-call /
     per-request overheads are ctxpress's constants on both sides (a chat template's exact framing is
     not known here), so the comparison measures the text."""
-    total = tokens.REQUEST_OVERHEAD_TOKENS
+    total = REQUEST_OVERHEAD_TOKENS
     for message in thread:
         content = message.content
         text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-        total += tokens.MESSAGE_OVERHEAD_TOKENS + count(text)
+        total += MESSAGE_OVERHEAD_TOKENS + count(text)
         if message.name:
-            total += tokens.NAME_OVERHEAD_TOKENS + count(message.name)
+            total += NAME_OVERHEAD_TOKENS + count(message.name)
         if isinstance(message, ToolMessage):
             total += count(message.tool_call_id)
         if isinstance(message, AIMessage):
             for call in message.tool_calls:
                 arguments = json.dumps(call["args"], ensure_ascii=False)
-                total += tokens.TOOL_CALL_OVERHEAD_TOKENS + count(call["name"]) + count(arguments)
+                total += TOOL_CALL_OVERHEAD_TOKENS + count(call["name"]) + count(arguments)
     return total
 
 
@@ -275,35 +271,37 @@ def _median_ms(run: Callable[[], object], times: int) -> float:
     return statistics.median(samples_ms)
 
 
-def _cold_ms(thread: list[BaseMessage]) -> float:
+def _cold_ms(counter: TokenCounter, thread: list[BaseMessage]) -> float:
     def cold() -> None:
-        clear_token_cache()
-        count_request_tokens(thread)
+        counter.clear()
+        counter.count_request(thread)
 
     gc.collect()
     return _median_ms(cold, 5)
 
 
-def cache_rows(label: str, thread: list[BaseMessage]) -> tuple[list[str], list[list[str]]]:
+def cache_rows(
+    counter: TokenCounter, label: str, thread: list[BaseMessage]
+) -> tuple[list[str], list[list[str]]]:
     chars = sum(len(str(m.content)) for m in thread)
     utf8 = sum(len(str(m.content).encode("utf-8")) for m in thread)
     calls = sum(len(getattr(m, "tool_calls", ()) or ()) for m in thread)
-    cold = _cold_ms(thread)
-    count_request_tokens(thread)
+    cold = _cold_ms(counter, thread)
+    counter.count_request(thread)
     repeats = max(20, 40_000 // len(thread))
-    warm = _median_ms(lambda: count_request_tokens(thread), repeats)
+    warm = _median_ms(lambda: counter.count_request(thread), repeats)
     approx = _median_ms(lambda: count_tokens_approximately(thread), repeats)
     # After a checkpoint reload the messages are equal but new objects: every string is hashed once.
     reloaded_ms = []
     for _ in range(5):
         reloaded = messages_from_dict(messages_to_dict(thread))
         start = clock()
-        count_request_tokens(reloaded)
+        counter.count_request(reloaded)
         reloaded_ms.append((clock() - start) * 1e3)
     reload = statistics.median(reloaded_ms)
     description = (
         f"- **{label}**: {len(thread):,} messages ({calls} tool calls), {chars / 1e6:.2f} M characters / "
-        f"{utf8 / 1e6:.2f} MB of content; estimate {count_request_tokens(thread):,} tokens (default "
+        f"{utf8 / 1e6:.2f} MB of content; estimate {counter.count_request(thread):,} tokens (default "
         f"profile), count_tokens_approximately {count_tokens_approximately(thread):,}."
     )
     rows = [
@@ -321,15 +319,17 @@ def cache_rows(label: str, thread: list[BaseMessage]) -> tuple[list[str], list[l
 
 
 def cache_section(threads: dict[str, list[BaseMessage]]) -> list[str]:
+    counter = TokenCounter()
     descriptions: list[str] = []
     rows: list[list[str]] = []
     for label, thread in threads.items():
-        described, measured = cache_rows(label, thread)
+        described, measured = cache_rows(counter, label, thread)
         descriptions += described
         rows += measured
-    info = token_cache_info()
+    info = counter.cache_info()
     return [
-        "**Per-message cache**: `count_request_tokens` on long threads concatenated from real traces "
+        "**Per-message cache**: `TokenCounter.count_request` (one counter held across the calls) on long "
+        "threads concatenated from real traces "
         "(glaive zh dialogues with tool calls, SWE-agent and tau-bench trajectories; "
         "`samples.real_thread`), against `langchain_core`'s `count_tokens_approximately` on the same "
         "messages. Median CPU milliseconds per call; cold = cache cleared before each call; reloaded = "

@@ -10,9 +10,9 @@ from langchain_core.exceptions import ContextOverflowError
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
-from ctxpress.tokens import count_request_tokens
+from ctxpress.tokens import TokenCounter
 
 Step = AIMessage | BaseException | Callable[[list[BaseMessage]], AIMessage]
 
@@ -28,6 +28,7 @@ class ScriptedChatModel(BaseChatModel):
     requests: list[list[BaseMessage]] = Field(default_factory=list)
     context_window: int | None = None
     chunk_chars: int = 8
+    _token_counter: TokenCounter = PrivateAttr(default_factory=TokenCounter)
 
     @property
     def _llm_type(self) -> str:
@@ -39,7 +40,7 @@ class ScriptedChatModel(BaseChatModel):
     def _next(self, messages: list[BaseMessage]) -> AIMessage:
         self.requests.append(list(messages))
         if self.context_window is not None:
-            size = count_request_tokens(messages)
+            size = self._token_counter.count_request(messages)
             if size > self.context_window:
                 raise ContextOverflowError(f"request of {size} tokens exceeds the context window")
         step = self.script.pop(0) if self.script else AIMessage(content="done")

@@ -1,14 +1,14 @@
 """S12: the whole-message memo behind the middleware's count (`immutable_messages=True`).
 
 Oracle everywhere: the memoised count equals the exact per-content count of the same request
-(`count_request_tokens` without the memo, on a cleared cache), and a message is counted again
-exactly when something it is counted from changed.
+(`count_request_tokens`: without the memo, on a fresh counter), and a message is counted again
+exactly when something it is counted from changed (the memo's misses).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -23,30 +23,30 @@ from langchain_core.messages import (
     messages_to_dict,
 )
 
-import ctxpress.tokens as tokens
-from ctxpress.message_memo import MessageMemo, message_fields
-from ctxpress.tokens import clear_token_cache, count_request_tokens
+from ctxpress.tokens import TokenCounter, count_request_tokens
+from ctxpress.tokens.estimate import profile_weights
+from ctxpress.tokens.estimate_cache import CACHE_MAX_CHARS, CACHE_MAX_ENTRIES, EstimateCache
+from ctxpress.tokens.message_memo import MessageMemo, message_fields
+from ctxpress.tokens.messages import message_tokens
 from ctxpress.tools.traces import iter_conversations
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache() -> Iterator[None]:
-    clear_token_cache()
-    yield
-    clear_token_cache()
+@pytest.fixture
+def counter() -> TokenCounter:
+    return TokenCounter()
 
 
 def _exact(messages: Sequence[BaseMessage]) -> int:
-    """The count without any memo, from a cleared cache: the oracle."""
-    clear_token_cache()
-    try:
-        return count_request_tokens(messages)
-    finally:
-        clear_token_cache()
+    """The count without any memo, on a fresh counter: the oracle."""
+    return count_request_tokens(messages)
 
 
-def _memo(messages: Sequence[BaseMessage]) -> int:
-    return count_request_tokens(messages, immutable_messages=True)
+def _memo(counter: TokenCounter, messages: Sequence[BaseMessage]) -> int:
+    return counter.count_request(messages, immutable_messages=True)
+
+
+def _estimate_cache() -> EstimateCache:
+    return EstimateCache(profile_weights("default"), CACHE_MAX_ENTRIES, CACHE_MAX_CHARS)
 
 
 def _reload(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
@@ -55,20 +55,18 @@ def _reload(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
 
 
 class _CountedMessages:
-    """Counts calls of `tokens._message_tokens` (one per message actually counted)."""
+    """Messages a counter's memo counted (its misses: one per message actually counted)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls = 0
-        real = tokens._message_tokens
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+        self.seen = self._misses()
 
-        def counting(message: BaseMessage, cache: tokens._EstimateCache) -> int:
-            self.calls += 1
-            return real(message, cache)
-
-        monkeypatch.setattr(tokens, "_message_tokens", counting)
+    def _misses(self) -> int:
+        return self.counter.cache_info()["message_misses"]
 
     def take(self) -> int:
-        calls, self.calls = self.calls, 0
+        misses = self._misses()
+        calls, self.seen = misses - self.seen, misses
         return calls
 
 
@@ -105,31 +103,38 @@ def _thread() -> list[BaseMessage]:
     ]
 
 
-def test_s12_memo_count_equals_the_exact_count() -> None:
+def test_s12_memo_count_equals_the_exact_count(counter: TokenCounter) -> None:
     messages = _thread()
-    assert _memo(messages) == _exact(messages)
-    assert _memo(messages) == _exact(messages)  # from the memo this time
+    assert _memo(counter, messages) == _exact(messages)
+    assert _memo(counter, messages) == _exact(messages)  # from the memo this time
 
 
-def test_s12_memo_same_objects_are_not_counted_again(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s12_memo_same_objects_are_not_counted_again(counter: TokenCounter) -> None:
     messages = _thread()
-    counted = _CountedMessages(monkeypatch)
-    first = _memo(messages)
+    counted = _CountedMessages(counter)
+    first = _memo(counter, messages)
     assert counted.take() == len(messages)
     for _ in range(20):
-        assert _memo(messages) == first
+        assert _memo(counter, messages) == first
     assert counted.take() == 0
 
 
-def test_s12_memo_reloaded_copies_are_found_by_id_and_adopted(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s12_memo_reloaded_copies_are_found_by_id_and_adopted(counter: TokenCounter) -> None:
     messages = _thread()
-    first = _memo(messages)
-    counted = _CountedMessages(monkeypatch)
+    first = _memo(counter, messages)
+    counted = _CountedMessages(counter)
     copies = _reload(messages)
     assert all(copy is not original for copy, original in zip(copies, messages, strict=True))
-    assert _memo(copies) == first
+    assert _memo(counter, copies) == first
     assert counted.take() == 0  # equal fields: found by id, nothing recounted
-    memo = tokens._cache("default").messages
+
+
+def test_s12_memo_adopts_reloaded_copies() -> None:
+    memo, cache = MessageMemo(), _estimate_cache()
+    messages = _thread()
+    first = memo.total(messages, message_tokens, cache)
+    copies = _reload(messages)
+    assert memo.total(copies, message_tokens, cache) == first
     # Adopted: the entries now hold the new objects, so the next call is identity checks.
     assert all(memo.young[copy.id][0] is copy for copy in copies)
 
@@ -145,74 +150,76 @@ def test_s12_memo_reloaded_copies_are_found_by_id_and_adopted(monkeypatch: pytes
         (4, {"content": [{"type": "text", "text": "只有一个块了"}]}),
     ],
 )
-def test_s12_memo_reassigned_field_is_counted_again(index: int, change: dict[str, object]) -> None:
+def test_s12_memo_reassigned_field_is_counted_again(
+    counter: TokenCounter, index: int, change: dict[str, object]
+) -> None:
     messages = _thread()
-    _memo(messages)
+    _memo(counter, messages)
     for field, value in change.items():
         setattr(messages[index], field, value)  # the same object, a field replaced
-    assert _memo(messages) == _exact(messages)
+    assert _memo(counter, messages) == _exact(messages)
 
 
-def test_s12_memo_copy_with_new_content_under_the_same_id(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s12_memo_copy_with_new_content_under_the_same_id(counter: TokenCounter) -> None:
     """L1's compacted view keeps each message's id: original and view alternate, both remembered."""
     messages = _thread()
     view = [*messages[:2], messages[2].model_copy(update={"content": "[已存入工作目录]"}), *messages[3:]]
     exact_original, exact_view = _exact(messages), _exact(view)
     assert exact_view < exact_original
-    assert _memo(messages) == exact_original
-    assert _memo(view) == exact_view
-    counted = _CountedMessages(monkeypatch)
+    assert _memo(counter, messages) == exact_original
+    assert _memo(counter, view) == exact_view
+    counted = _CountedMessages(counter)
     for _ in range(5):
-        assert _memo(messages) == exact_original
-        assert _memo(view) == exact_view
+        assert _memo(counter, messages) == exact_original
+        assert _memo(counter, view) == exact_view
     assert counted.take() == 0  # two slots per id: neither version is recounted
 
 
-def test_s12_memo_other_class_under_the_same_id_is_another_message() -> None:
+def test_s12_memo_other_class_under_the_same_id_is_another_message(counter: TokenCounter) -> None:
     human = [HumanMessage("同样的文字", id="x")]
     ai = [AIMessage("同样的文字", id="x", tool_calls=[{"name": "f", "args": {"a": "b" * 200}, "id": "c"}])]
-    assert _memo(human) == _exact(human)
-    assert _memo(ai) == _exact(ai)
-    assert _memo(human) == _exact(human)
+    assert _memo(counter, human) == _exact(human)
+    assert _memo(counter, ai) == _exact(ai)
+    assert _memo(counter, human) == _exact(human)
 
 
-def test_s12_memo_messages_without_id_are_found_by_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s12_memo_messages_without_id_are_found_by_identity(counter: TokenCounter) -> None:
     messages = [HumanMessage("没有 id 的消息"), AIMessage("回答")]
     exact = _exact(messages)
-    assert _memo(messages) == exact
-    counted = _CountedMessages(monkeypatch)
-    assert _memo(messages) == exact
+    assert _memo(counter, messages) == exact
+    counted = _CountedMessages(counter)
+    assert _memo(counter, messages) == exact
     assert counted.take() == 0
     messages[0].content = "内容换了"
-    assert _memo(messages) == _exact(messages)
+    assert _memo(counter, messages) == _exact(messages)
 
 
 def test_s12_memo_memory_stays_bounded() -> None:
     memo = MessageMemo(max_entries=100, max_tokens=5_000)
-    cache = tokens._cache("default")
+    cache = _estimate_cache()
     for step in range(5_000):
         message = HumanMessage(f"第 {step} 条消息：" + "内容" * (step % 50), id=f"m{step}")
-        tokens_of = memo.count(message.id, message, message_fields(message), tokens._message_tokens, cache)
-        assert tokens_of == tokens._message_tokens(message, cache)
+        tokens_of = memo.count(message.id, message, message_fields(message), message_tokens, cache)
+        assert tokens_of == message_tokens(message, cache)
         assert len(memo) <= 100
         assert memo.young_tokens <= 5_000 // 2
     # What is used on every call survives the rotations.
     kept = HumanMessage("每次都用", id="kept")
     for step in range(1_000):
-        memo.count("kept", kept, message_fields(kept), tokens._message_tokens, cache)
+        memo.count("kept", kept, message_fields(kept), message_tokens, cache)
         churn = HumanMessage(f"新的 {step}", id=f"n{step}")
-        memo.count(churn.id, churn, message_fields(churn), tokens._message_tokens, cache)
+        memo.count(churn.id, churn, message_fields(churn), message_tokens, cache)
     misses = memo.misses
-    memo.count("kept", kept, message_fields(kept), tokens._message_tokens, cache)
+    memo.count("kept", kept, message_fields(kept), message_tokens, cache)
     assert memo.misses == misses
 
 
 def test_s12_memo_a_message_too_big_to_keep_is_still_counted_right() -> None:
     memo = MessageMemo(max_entries=100, max_tokens=100)
-    cache = tokens._cache("default")
+    cache = _estimate_cache()
     big = ToolMessage("很长的工具输出。" * 500, tool_call_id="c", id="big")
-    counted = memo.count("big", big, message_fields(big), tokens._message_tokens, cache)
-    assert counted == tokens._message_tokens(big, cache)
+    counted = memo.count("big", big, message_fields(big), message_tokens, cache)
+    assert counted == message_tokens(big, cache)
     assert len(memo) == 0
 
 
@@ -245,7 +252,7 @@ def _new_message(seed: int) -> BaseMessage:
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_operation, min_size=1, max_size=30))
 def test_s12_memo_equals_exact_count_under_any_history_of_changes(operations: list[tuple[str, int]]) -> None:
-    clear_token_cache()
+    counter = TokenCounter()
     messages: list[BaseMessage] = [HumanMessage("开始", id="start")]
     for name, seed in operations:
         if name == "append":
@@ -258,20 +265,20 @@ def test_s12_memo_equals_exact_count_under_any_history_of_changes(operations: li
         elif name == "replace_by_id" and messages:
             index = seed % len(messages)
             messages[index] = messages[index].model_copy(update={"content": f"替换 {seed}"})
-        memoised = _memo(messages)
-        oracle = count_request_tokens(messages)  # the per-content path on the same (warm) cache
+        memoised = _memo(counter, messages)
+        oracle = counter.count_request(messages)  # the per-content path on the same (warm) counter
         assert memoised == oracle
 
 
 # --- Real traces ------------------------------------------------------------------------------------
 
 
-def test_s12_memo_equals_exact_count_on_every_real_trace(traces_dir: Path) -> None:
+def test_s12_memo_equals_exact_count_on_every_real_trace(counter: TokenCounter, traces_dir: Path) -> None:
     checked = 0
     for conversation in itertools.islice(iter_conversations(traces_dir), 400):
         messages = list(conversation.messages)
-        assert _memo(messages) == count_request_tokens(messages), conversation.name
+        assert _memo(counter, messages) == counter.count_request(messages), conversation.name
         reloaded = _reload(messages)
-        assert _memo(reloaded) == count_request_tokens(reloaded), conversation.name
+        assert _memo(counter, reloaded) == counter.count_request(reloaded), conversation.name
         checked += 1
     assert checked > 50

@@ -8,7 +8,7 @@ import json
 import re
 import statistics
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -18,18 +18,21 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-import ctxpress.tokens as tokens
 from ctxpress.tokens import (
+    FEATURE_NAMES,
     MEDIA_BLOCK_TOKENS,
     PROFILE_NAMES,
-    clear_token_cache,
+    TokenCounter,
     count_message_tokens,
     count_request_tokens,
     count_tools_tokens,
     estimate_tokens,
     text_features,
-    token_cache_info,
 )
+from ctxpress.tokens.counter import REQUEST_OVERHEAD_TOKENS
+from ctxpress.tokens.messages import MESSAGE_OVERHEAD_TOKENS, tool_call_key
+from ctxpress.tokens.profile_weights import PROFILE_WEIGHTS
+from ctxpress.tokens.tool_schemas import TOOL_SCHEMA_OVERHEAD_TOKENS
 from tests.conftest import require_shared_data
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -42,15 +45,14 @@ SAMPLES_PER_TYPE = 40
 MATCHING_MAX_MEAN_ABS_ERROR = 0.08
 DEFAULT_MAX_UNDER, DEFAULT_MAX_OVER = -0.10, 0.25
 # cl100k needs ~1.4-1.6x the tokens of the other families on Chinese text: outside the `default`
-# band by design (documented in tokens.py); its own profile covers it.
+# band by design (documented in ctxpress.tokens.estimate); its own profile covers it.
 CHINESE_TYPES = ("chinese_prose", "json_chinese")
 
 
-@pytest.fixture(autouse=True)
-def _fresh_cache() -> Iterator[None]:
-    clear_token_cache()
-    yield
-    clear_token_cache()
+@pytest.fixture
+def counter() -> TokenCounter:
+    """A counter of the test's own: what it caches is what this test counted."""
+    return TokenCounter()
 
 
 # --- Real text ------------------------------------------------------------------------------------
@@ -98,9 +100,9 @@ def test_s12_unknown_profile_is_refused() -> None:
 
 
 def test_s12_every_profile_has_a_weight_per_feature() -> None:
-    assert set(tokens.PROFILE_WEIGHTS) == set(PROFILE_NAMES)
-    for weights in tokens.PROFILE_WEIGHTS.values():
-        assert len(weights) == len(tokens.FEATURE_NAMES)
+    assert set(PROFILE_WEIGHTS) == set(PROFILE_NAMES)
+    for weights in PROFILE_WEIGHTS.values():
+        assert len(weights) == len(FEATURE_NAMES)
 
 
 # The character classes, as regular expressions: slow, but obviously right.
@@ -126,7 +128,7 @@ _REFERENCE_PATTERNS = {
 
 
 def _reference_features(text: str) -> tuple[int, ...]:
-    return tuple(len(re.findall(_REFERENCE_PATTERNS[name], text)) for name in tokens.FEATURE_NAMES)
+    return tuple(len(re.findall(_REFERENCE_PATTERNS[name], text)) for name in FEATURE_NAMES)
 
 
 def test_s12_class_counts_match_a_regex_reference_on_installed_source() -> None:
@@ -203,13 +205,13 @@ def _paragraphs() -> list[str]:
 def test_s12_message_counts_overhead_content_name_and_tool_call_id() -> None:
     text = _paragraphs()[0]
     content = estimate_tokens(text)
-    assert count_message_tokens(HumanMessage(text)) == tokens.MESSAGE_OVERHEAD_TOKENS + content
+    assert count_message_tokens(HumanMessage(text)) == MESSAGE_OVERHEAD_TOKENS + content
     named = HumanMessage(text, name="reviewer")
     assert count_message_tokens(named) == count_message_tokens(HumanMessage(text)) + 1 + estimate_tokens(
         "reviewer"
     )
     result = ToolMessage(text, tool_call_id="call_oIHazX6yQrB8hUwl4cRilFKj")
-    assert count_message_tokens(result) == tokens.MESSAGE_OVERHEAD_TOKENS + content + estimate_tokens(
+    assert count_message_tokens(result) == MESSAGE_OVERHEAD_TOKENS + content + estimate_tokens(
         "call_oIHazX6yQrB8hUwl4cRilFKj"
     )
 
@@ -219,7 +221,7 @@ def test_s12_request_is_the_sum_of_its_parts() -> None:
     messages: list[BaseMessage] = [HumanMessage(paragraphs[1]), AIMessage(paragraphs[2])]
     system = SystemMessage(paragraphs[3])
     expected = (
-        tokens.REQUEST_OVERHEAD_TOKENS
+        REQUEST_OVERHEAD_TOKENS
         + sum(count_message_tokens(m) for m in messages)
         + count_message_tokens(system)
     )
@@ -296,7 +298,7 @@ def test_s12_images_cost_a_fixed_amount_never_their_base64_length() -> None:
         ]
         costs.add(count_message_tokens(HumanMessage(blocks)))
     assert costs == {
-        tokens.MESSAGE_OVERHEAD_TOKENS + estimate_tokens("What does this show?") + 3 * MEDIA_BLOCK_TOKENS
+        MESSAGE_OVERHEAD_TOKENS + estimate_tokens("What does this show?") + 3 * MEDIA_BLOCK_TOKENS
     }
 
 
@@ -309,90 +311,79 @@ def query_kb(query: str, top_k: int = 5) -> str:
     return query
 
 
-def test_s12_tool_schemas_are_counted_as_provider_json_and_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s12_tool_schemas_are_counted_as_provider_json_and_cached(counter: TokenCounter) -> None:
     schema_dict = convert_to_openai_tool(query_kb)
-    expected_one = tokens.TOOL_SCHEMA_OVERHEAD_TOKENS + estimate_tokens(
-        json.dumps(schema_dict, ensure_ascii=False)
-    )
+    expected_one = TOOL_SCHEMA_OVERHEAD_TOKENS + estimate_tokens(json.dumps(schema_dict, ensure_ascii=False))
     assert count_tools_tokens([query_kb]) == expected_one
     assert count_tools_tokens([query_kb, schema_dict]) == 2 * expected_one
     assert count_tools_tokens(None) == count_tools_tokens([]) == 0
 
-    conversions = 0
-    real_convert = tokens.convert_to_openai_tool
-
-    def counting_convert(value: object) -> dict[str, object]:
-        nonlocal conversions
-        conversions += 1
-        return real_convert(value)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(tokens, "convert_to_openai_tool", counting_convert)
+    assert counter.count_tools([query_kb, schema_dict]) == 2 * expected_one
+    assert counter.cache_info()["tool_schema_misses"] == 2
     for _ in range(100):
-        count_tools_tokens([query_kb, schema_dict])
-    assert conversions == 0  # both were cached by the first calls
-    count_tools_tokens([query_kb], profile="qwen")
-    assert conversions == 1  # a new profile is estimated once
+        assert counter.count_tools([query_kb, schema_dict]) == 2 * expected_one
+    assert counter.cache_info()["tool_schema_misses"] == 2  # both were cached by the first call
+    counter.count_tools([query_kb], profile="qwen")
+    assert counter.cache_info()["tool_schema_misses"] == 3  # a new profile is estimated once
 
 
 # --- The per-message cache ------------------------------------------------------------------------
 
 
-def test_s12_cache_same_string_object_is_not_estimated_again(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_s12_cache_same_string_object_is_not_estimated_again(counter: TokenCounter) -> None:
     messages = [HumanMessage(p) for p in _paragraphs()[:20]]
-    first = count_request_tokens(messages)
-    estimated = 0
-    real_features = tokens.text_features
-
-    def counting_features(text: str) -> tuple[int, ...]:
-        nonlocal estimated
-        estimated += 1
-        return real_features(text)
-
-    monkeypatch.setattr(tokens, "text_features", counting_features)
+    first = counter.count_request(messages)
+    misses = counter.cache_info()["misses"]
+    assert misses == len(messages)
     for _ in range(50):
-        assert count_request_tokens(messages) == first
-    assert estimated == 0
+        assert counter.count_request(messages) == first
+    assert counter.cache_info()["misses"] == misses
 
 
-def test_s12_cache_changed_content_gets_a_new_count() -> None:
+def test_s12_module_functions_keep_nothing_between_calls() -> None:
+    messages = [HumanMessage(p) for p in _paragraphs()[:3]]
+    held = TokenCounter()
+    assert count_request_tokens(messages) == held.count_request(messages)
+    assert count_message_tokens(messages[0]) == held.count_message(messages[0])
+    # Every module-level call counted on a counter of its own: the held one saw only its own misses.
+    assert held.cache_info()["misses"] == len(messages)
+
+
+def test_s12_cache_changed_content_gets_a_new_count(counter: TokenCounter) -> None:
     short, long = _paragraphs()[0], "\n\n".join(_paragraphs()[:6])
     message = ToolMessage(long, tool_call_id="call_1", id="m1")
-    before = count_message_tokens(message)
+    before = counter.count_message(message)
     replaced = message.model_copy(update={"content": short})  # same id, new content (a compacted view)
-    assert count_message_tokens(replaced) == tokens.MESSAGE_OVERHEAD_TOKENS + estimate_tokens(
+    assert counter.count_message(replaced) == MESSAGE_OVERHEAD_TOKENS + estimate_tokens(
         short
     ) + estimate_tokens("call_1")
-    assert count_message_tokens(replaced) < before
+    assert counter.count_message(replaced) < before
     message.content = short  # even mutated in place: the key is the content string, not the message
-    assert count_message_tokens(message) == count_message_tokens(replaced)
+    assert counter.count_message(message) == counter.count_message(replaced)
 
 
-def test_s12_cache_changed_text_block_gets_a_new_count() -> None:
+def test_s12_cache_changed_text_block_gets_a_new_count(counter: TokenCounter) -> None:
     short, long = _paragraphs()[0], "\n\n".join(_paragraphs()[:6])
     blocks: list[str | dict[str, object]] = [{"type": "text", "text": long}, {"type": "text", "text": short}]
     message = HumanMessage(blocks)
-    assert count_message_tokens(message) == (
-        tokens.MESSAGE_OVERHEAD_TOKENS + estimate_tokens(long) + estimate_tokens(short)
+    assert counter.count_message(message) == (
+        MESSAGE_OVERHEAD_TOKENS + estimate_tokens(long) + estimate_tokens(short)
     )
     assert isinstance(message.content, list)
     message.content[0] = {"type": "text", "text": short}  # the content list edited in place
-    assert count_message_tokens(message) == tokens.MESSAGE_OVERHEAD_TOKENS + 2 * estimate_tokens(short)
+    assert counter.count_message(message) == MESSAGE_OVERHEAD_TOKENS + 2 * estimate_tokens(short)
 
 
-def test_s12_cache_equal_strings_in_new_objects_give_the_same_count() -> None:
+def test_s12_cache_equal_strings_in_new_objects_give_the_same_count(counter: TokenCounter) -> None:
     text = "\n\n".join(_paragraphs()[:5])
-    first = count_message_tokens(HumanMessage(text))
+    first = counter.count_message(HumanMessage(text))
     copy = "".join(list(text))  # equal, but a different object (as after a checkpoint reload)
     assert copy is not text
-    assert count_message_tokens(HumanMessage(copy)) == first
+    assert counter.count_message(HumanMessage(copy)) == first
+    assert counter.cache_info()["misses"] == 1  # found again, not estimated again
 
 
-def _fresh_count(message: BaseMessage) -> int:
-    clear_token_cache()
-    return count_message_tokens(message)
-
-
-def test_s12_cache_changed_tool_arguments_get_a_new_count() -> None:
+def test_s12_cache_changed_tool_arguments_get_a_new_count(counter: TokenCounter) -> None:
     content = "\n\n".join(_paragraphs()[:4])
     call = {
         "name": "write_file",
@@ -400,33 +391,32 @@ def test_s12_cache_changed_tool_arguments_get_a_new_count() -> None:
         "id": "call_w",
     }
     message = AIMessage("", tool_calls=[call])
-    full = count_message_tokens(message)
+    full = counter.count_message(message)
     # S7's compaction: the same call (same id) with its long argument cut to a hint.
     cut = {**call, "args": {"file_path": "/workspace/notes.md", "content": "[2,000 characters kept]"}}
     compacted = AIMessage("", tool_calls=[cut])
-    assert count_message_tokens(compacted) < full
-    assert count_message_tokens(compacted) == _fresh_count(compacted)
+    assert counter.count_message(compacted) < full
+    # The oracle: `count_message_tokens` counts on a fresh counter, with nothing cached.
+    assert counter.count_message(compacted) == count_message_tokens(compacted)
     # Mutated in place, flat and nested: still recounted.
     message.tool_calls[0]["args"]["content"] = "[cut]"
-    assert count_message_tokens(message) == _fresh_count(message)
+    assert counter.count_message(message) == count_message_tokens(message)
     nested = AIMessage(
         "", tool_calls=[{"name": "plan", "args": {"steps": [{"text": content}]}, "id": "call_p"}]
     )
-    count_message_tokens(nested)
+    counter.count_message(nested)
     nested.tool_calls[0]["args"]["steps"][0]["text"] = "[cut]"
-    assert count_message_tokens(nested) == _fresh_count(nested)
+    assert counter.count_message(nested) == count_message_tokens(nested)
 
 
 def test_s12_cache_keeps_json_types_apart() -> None:
-    key = tokens._tool_call_key
+    key = tool_call_key
     assert len({key("f", "c", {"x": 1}), key("f", "c", {"x": True}), key("f", "c", {"x": 1.0})}) == 3
     assert len({key("f", "c", {"x": [1]}), key("f", "c", {"x": [True]})}) == 2
 
 
-def test_s12_cache_memory_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tokens, "CACHE_MAX_ENTRIES", 500)
-    monkeypatch.setattr(tokens, "CACHE_MAX_CHARS", 200_000)
-    clear_token_cache()
+def test_s12_cache_memory_stays_bounded() -> None:
+    counter = TokenCounter(max_entries=500, max_chars=200_000)
     source = _english_source_text()
     kept = [HumanMessage(p) for p in _paragraphs()[:5]]  # in every request, like a thread's head
     for step in range(10_000):
@@ -435,14 +425,13 @@ def test_s12_cache_memory_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None
         call = AIMessage(
             "", tool_calls=[{"name": "step", "args": {"n": step, "note": fresh.content}, "id": str(step)}]
         )
-        count_request_tokens([*kept, fresh, call])
-    info = token_cache_info()
+        counter.count_request([*kept, fresh, call])
+    info = counter.cache_info()
     assert info["entries"] <= 500
     assert info["chars"] <= 200_000
-    cache = tokens._cache("default")
-    assert len(cache.flat_calls) <= 500 // 4
-    assert cache.flat_calls_chars <= 200_000 // 4
+    assert info["flat_calls"] <= 500 // 4
+    assert info["flat_calls_chars"] <= 200_000 // 4
     # What is used on every call survived the evictions.
     misses = info["misses"]
-    count_request_tokens(kept)
-    assert token_cache_info()["misses"] == misses
+    counter.count_request(kept)
+    assert counter.cache_info()["misses"] == misses

@@ -5,7 +5,7 @@ from ctxpress.config import CompressionConfig
 from ctxpress.manual import FailedPart, ManualCompressionError, ManualCompressionResult, compress_now
 from ctxpress.middleware import ContextCompressionMiddleware
 from ctxpress.pressure import RequestPressure, measure_request
-from ctxpress.tokens import count_request_tokens, estimate_tokens
+from ctxpress.tokens import TokenCounter, count_request_tokens, estimate_tokens
 from ctxpress.workdir import LocalWorkdir, Workdir
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "ManualCompressionError",
     "ManualCompressionResult",
     "RequestPressure",
+    "TokenCounter",
     "Workdir",
     "compact_view",
     "compress_now",

@@ -23,7 +23,7 @@ from ctxpress.config import CompressionConfig
 from ctxpress.summary.event import SummarizationEvent, effective_messages
 from ctxpress.summary.step import SavedSummary, finish_summary, plan_summary, save_history
 from ctxpress.summary.summarizer import asummarize
-from ctxpress.tokens import count_request_tokens
+from ctxpress.tokens import TokenCounter
 from ctxpress.workdir import Workdir
 
 
@@ -77,12 +77,18 @@ async def compress_now(
     thread_id: str | None = None,
     summary_timeout: float | None = 120.0,
     cache: CompactionCache | None = None,
+    counter: TokenCounter | None = None,
     callbacks: Sequence[BaseCallbackHandler] = (),
 ) -> ManualCompressionResult:
-    """Summarise what the current event does not cover yet; return the new event (not applied)."""
+    """Summarise what the current event does not cover yet; return the new event (not applied).
+
+    Pass the agent middleware's `compaction_cache` and `token_counter` to reuse what its model calls
+    already decided and counted (fresh ones otherwise).
+    """
     effective = effective_messages(messages, event)
     profile = config.token_profile
-    tokens_before = count_request_tokens(effective.messages, system_message, tools, profile)
+    counter = counter if counter is not None else TokenCounter()
+    tokens_before = counter.count_request(effective.messages, system_message, tools, profile)
     since_cutoff = len(messages) - effective.cutoff_index
     if since_cutoff <= config.summary_keep_messages:
         return ManualCompressionResult(
@@ -112,12 +118,14 @@ async def compress_now(
         )
     # In order, unlike the automatic path: a failed summary must not leave a history file that no
     # event will ever name (S28 publishes nothing on failure).
-    outcome = await asummarize(summary_model, config, plan.messages, summary_timeout, callbacks)
+    outcome = await asummarize(
+        summary_model, config, plan.messages, summary_timeout, callbacks, counter=counter
+    )
     if not outcome.ok:
         raise ManualCompressionError(FailedPart.SUMMARY, f"the summary model failed: {outcome.error}")
     file_path, write_error = await asyncio.to_thread(save_history, workdir, plan)
     if write_error:
         raise ManualCompressionError(FailedPart.HISTORY, f"could not save the history file: {write_error}")
     step = finish_summary(plan, SavedSummary(file_path, None, outcome))
-    tokens_after = count_request_tokens(step.view, system_message, tools, profile)
+    tokens_after = counter.count_request(step.view, system_message, tools, profile)
     return ManualCompressionResult(True, tokens_before, tokens_after, event=step.event)

@@ -40,7 +40,6 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
 from ctxpress.compaction import CompactionCache, CompactionResult, compact_view
-from ctxpress.compaction.view import DEFAULT_CACHE
 from ctxpress.config import CompressionConfig
 from ctxpress.events import CONTEXT_OVERFLOW, L1, L2, CompressionDetails, CompressionEvents, Level
 from ctxpress.overflow_trim import trim_kept_tool_results
@@ -62,7 +61,7 @@ from ctxpress.summary.step import (
 from ctxpress.summary.summarizer import (
     short_error,
 )
-from ctxpress.tokens import count_request_tokens
+from ctxpress.tokens import TokenCounter
 from ctxpress.workdir import Workdir
 
 logger = logging.getLogger("ctxpress.middleware")
@@ -151,6 +150,10 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
 
     Place it first (outermost) in `middleware=[...]`, before retry/fallback middleware, so that a
     `ContextOverflowError` from the model reaches it (see `ctxpress.overflow.middleware`).
+
+    Each instance owns its caches: `token_counter` (token counts, with the whole-message memo) and
+    `compaction_cache` (L1 decisions per content). Pass `counter=` / `cache=` to share them between
+    instances, or with `compress_now` and `measure_request`.
     """
 
     state_schema = CompressionState
@@ -164,6 +167,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         summary_timeout: float | None = DEFAULT_SUMMARY_TIMEOUT_S,
         on_pressure: PressureCallback | None = None,
         cache: CompactionCache | None = None,
+        counter: TokenCounter | None = None,
     ) -> None:
         super().__init__()
         self.config = config or CompressionConfig()
@@ -171,7 +175,8 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         self.summary_model = summary_model
         self.summary_timeout = summary_timeout
         self.on_pressure = on_pressure
-        self._cache = cache if cache is not None else DEFAULT_CACHE
+        self.compaction_cache = cache if cache is not None else CompactionCache()
+        self.token_counter = counter if counter is not None else TokenCounter()
 
     @property
     def name(self) -> str:
@@ -218,6 +223,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             self._summary_model(request),
             self.config,
             self.summary_timeout,
+            counter=self.token_counter,
         )
 
     async def _run_async(
@@ -238,6 +244,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             self._summary_model(request),
             self.config,
             self.summary_timeout,
+            counter=self.token_counter,
         )
 
     def _resolve_workdir(self, request: ModelRequest) -> Workdir:
@@ -247,11 +254,13 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         return self.summary_model or request.model
 
     def _build_l1(self, messages: list[BaseMessage], request: ModelRequest) -> CompactionResult:
-        return compact_view(messages, self.config, self._resolve_workdir(request), cache=self._cache)
+        return compact_view(
+            messages, self.config, self._resolve_workdir(request), cache=self.compaction_cache
+        )
 
     def _trim(self, effect: TrimTail, request: ModelRequest) -> tuple[list[BaseMessage], list[BaseMessage]]:
         return trim_kept_tool_results(
-            effect.view, effect.originals, self.config, self._resolve_workdir(request), self._cache
+            effect.view, effect.originals, self.config, self._resolve_workdir(request), self.compaction_cache
         )
 
     # --- the flow -------------------------------------------------------------------------------
@@ -376,8 +385,8 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
 
     def _count(self, call: _Call, messages: Sequence[BaseMessage]) -> int:
         # A LangGraph state's messages are values (replaced, never edited in place), so each one's
-        # count is remembered whole by its id (`ctxpress.message_memo`).
-        return count_request_tokens(
+        # count is remembered whole by its id (`ctxpress.tokens.message_memo`).
+        return self.token_counter.count_request(
             messages,
             call.request.system_message,
             call.request.tools,
@@ -389,7 +398,9 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         if self.on_pressure is None:
             return
         request = call.request
-        pressure = measure_request(view, request.system_message, request.tools, self.config, total=total)
+        pressure = measure_request(
+            view, request.system_message, request.tools, self.config, total=total, counter=self.token_counter
+        )
         try:
             self.on_pressure(pressure)
         except Exception:  # an observer must never break the model call

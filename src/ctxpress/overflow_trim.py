@@ -15,7 +15,7 @@ from langchain_core.messages import BaseMessage, ToolMessage
 from ctxpress.compaction.content import content_text
 from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.compaction.offload import CompactionCache, compact_tool_message
-from ctxpress.compaction.view import DEFAULT_CACHE, tool_names_by_call_id
+from ctxpress.compaction.view import tool_names_by_call_id
 from ctxpress.config import CompressionConfig
 from ctxpress.tokens import estimate_tokens
 from ctxpress.workdir import Workdir
@@ -39,6 +39,7 @@ def trim_kept_tool_results(
 ) -> tuple[list[BaseMessage], list[BaseMessage]]:
     """The view with large tool results trimmed, and the trimmed messages for the state update."""
     budget = trim_budget(config)
+    cache = cache if cache is not None else CompactionCache()
     names = tool_names_by_call_id(view)
     new_view: list[BaseMessage] = []
     replacements: list[BaseMessage] = []
@@ -57,7 +58,7 @@ def trim_kept_tool_results(
             limit=budget,
             profile=config.token_profile,
             workdir=workdir,
-            cache=cache if cache is not None else DEFAULT_CACHE,
+            cache=cache,
         )
         if offloaded is None:  # S13: not stored, so not trimmed
             new_view.append(message)

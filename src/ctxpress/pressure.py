@@ -10,7 +10,7 @@ from langchain_core.messages import BaseMessage, SystemMessage
 
 from ctxpress.config import CompressionConfig
 from ctxpress.summary.event import is_summary_message
-from ctxpress.tokens import count_message_tokens, count_request_tokens, count_tools_tokens
+from ctxpress.tokens import TokenCounter
 
 #: The status panel suggests manual compression from this share of the threshold (hint only).
 SUGGEST_COMPRESS_RATIO = 0.85
@@ -41,17 +41,20 @@ def measure_request(
     config: CompressionConfig,
     *,
     total: int | None = None,
+    counter: TokenCounter | None = None,
 ) -> RequestPressure:
-    """Total with `count_request_tokens` (the one measure of every decision) and its breakdown.
+    """Total with `TokenCounter.count_request` (the one measure of every decision) and its breakdown.
 
-    Pass `total` when the request was just counted, so it is not counted again.
+    Pass `total` when the request was just counted, so it is not counted again, and the `counter`
+    that counted it, so that the parts are found in its caches (a fresh counter otherwise).
     """
     profile = config.token_profile
+    counter = counter if counter is not None else TokenCounter()
     if total is None:
-        total = count_request_tokens(messages, system_message, tools, profile)
-    system = count_message_tokens(system_message, profile) if system_message is not None else 0
-    tool_tokens = count_tools_tokens(tools, profile)
-    summary = sum(count_message_tokens(m, profile) for m in messages[:1] if is_summary_message(m))
+        total = counter.count_request(messages, system_message, tools, profile)
+    system = counter.count_message(system_message, profile) if system_message is not None else 0
+    tool_tokens = counter.count_tools(tools, profile)
+    summary = sum(counter.count_message(m, profile) for m in messages[:1] if is_summary_message(m))
     # Whatever is not system, tools or summary (messages and per-request overhead) is "messages",
     # so the parts always add up to the total the decisions used.
     return RequestPressure(

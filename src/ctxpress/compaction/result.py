@@ -7,7 +7,7 @@ from functools import cached_property
 
 from langchain_core.messages import BaseMessage
 
-from ctxpress.tokens import count_message_tokens
+from ctxpress.tokens import TokenCounter
 
 
 @dataclass(frozen=True)
@@ -58,11 +58,11 @@ class CompactionResult:
     # history does not pay for counts nobody reads.
     @cached_property
     def tokens_before(self) -> int:
-        return sum(count_message_tokens(message, self.profile) for message in self.original)
+        return TokenCounter().count_messages(self.original, self.profile)
 
     @cached_property
     def tokens_after(self) -> int:
-        return sum(count_message_tokens(message, self.profile) for message in self.messages)
+        return TokenCounter().count_messages(self.messages, self.profile)
 
     @property
     def changed(self) -> bool:

@@ -17,9 +17,6 @@ from ctxpress.compaction.result import CompactionResult
 from ctxpress.config import CompressionConfig
 from ctxpress.workdir import Workdir
 
-#: Shared by every `compact_view` call that does not bring its own cache.
-DEFAULT_CACHE = CompactionCache()
-
 
 def tool_names_by_call_id(messages: Sequence[BaseMessage]) -> dict[str, str]:
     names: dict[str, str] = {}
@@ -42,8 +39,12 @@ def compact_view(
     *,
     cache: CompactionCache | None = None,
 ) -> CompactionResult:
-    """Build the L1 view of `messages` and a record of what was done."""
-    cache = DEFAULT_CACHE if cache is None else cache
+    """Build the L1 view of `messages` and a record of what was done.
+
+    `cache` remembers the decisions per content, so that a repeated pass over the same history does
+    no I/O; without one, this call decides everything afresh (the middleware owns a cache).
+    """
+    cache = CompactionCache() if cache is None else cache
     profile = config.token_profile
     names = tool_names_by_call_id(messages)
     result = CompactionResult(messages=[], original=list(messages), profile=profile)

@@ -21,7 +21,7 @@ from ctxpress.compaction.content import block_placeholder, content_text, non_tex
 from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.compaction.text_preview import head_middle_tail_preview
 from ctxpress.summary.event import is_summary_message
-from ctxpress.tokens import count_message_tokens, estimate_tokens
+from ctxpress.tokens import TokenCounter, estimate_tokens
 
 #: A shown message keeps at least this much of its text, when it has that much: a cut one keeps
 #: a sentence or two of head and tail beside its marker (more than `smallest_preview_budget` of
@@ -102,8 +102,9 @@ class _Entry:
 class _EntryBuilder:
     """Builds the entries of one transcript, measuring what repeats once."""
 
-    def __init__(self, profile: str) -> None:
+    def __init__(self, profile: str, counter: TokenCounter) -> None:
         self.profile = profile
+        self.counter = counter
         self.separator_tokens = estimate_tokens(ENTRY_SEPARATOR, profile)
         # The estimate counts character classes, so a prefix's depends only on its role and the
         # number of digits of its number: one measure per shape.
@@ -121,7 +122,7 @@ class _EntryBuilder:
         if message.content.__class__ is str:
             # The cached count (text, tool calls and a little framing): an upper bound of the text,
             # free when the middleware has counted the message already.
-            return count_message_tokens(message, self.profile)
+            return self.counter.count_message(message, self.profile)
         # List content: the text alone -- an image's ~1,000 counted tokens are not text to cut.
         return estimate_tokens(text, self.profile)
 
@@ -197,9 +198,17 @@ def _squeezed(entries: Sequence[_Entry], budget: int, profile: str) -> str:
     return ENTRY_SEPARATOR.join(pieces)
 
 
-def render_messages(messages: Sequence[BaseMessage], budget: int, profile: str = "default") -> str:
-    """The transcript of `messages` within `budget` estimated tokens ("" when not even one line fits)."""
-    builder = _EntryBuilder(profile)
+def render_messages(
+    messages: Sequence[BaseMessage],
+    budget: int,
+    profile: str = "default",
+    *,
+    counter: TokenCounter | None = None,
+) -> str:
+    """The transcript of `messages` within `budget` estimated tokens ("" when not even one line fits).
+
+    `counter`: the middleware's, so the per-message counts are free warm."""
+    builder = _EntryBuilder(profile, counter if counter is not None else TokenCounter())
     entries = [builder.entry(number, message) for number, message in enumerate(messages, 1)]
     if not entries or budget <= 0:
         return ""

@@ -27,6 +27,7 @@ from ctxpress.summary.summarizer import (
     short_error,
     summarize,
 )
+from ctxpress.tokens import TokenCounter
 from ctxpress.workdir import Workdir
 
 logger = logging.getLogger("ctxpress.summary")
@@ -145,10 +146,13 @@ def save_and_summarize(
     model: BaseChatModel,
     config: CompressionConfig,
     timeout: float | None = None,
+    *,
+    counter: TokenCounter | None = None,
 ) -> SavedSummary:
     """The history write, then the summary call (sync callers); neither raises (S27)."""
     file_path, write_error = save_history(workdir, plan)
-    return SavedSummary(file_path, write_error, summarize(model, config, plan.messages, timeout))
+    outcome = summarize(model, config, plan.messages, timeout, counter=counter)
+    return SavedSummary(file_path, write_error, outcome)
 
 
 async def asave_and_summarize(
@@ -157,10 +161,12 @@ async def asave_and_summarize(
     model: BaseChatModel,
     config: CompressionConfig,
     timeout: float | None,
+    *,
+    counter: TokenCounter | None = None,
 ) -> SavedSummary:
     """The history write and the summary call running concurrently; neither raises (S27)."""
     (file_path, write_error), outcome = await asyncio.gather(
         asyncio.to_thread(save_history, workdir, plan),
-        asummarize(model, config, plan.messages, timeout),
+        asummarize(model, config, plan.messages, timeout, counter=counter),
     )
     return SavedSummary(file_path, write_error, outcome)

@@ -17,7 +17,7 @@ from langgraph.constants import TAG_NOSTREAM
 from ctxpress.compaction.text_preview import head_middle_tail_preview
 from ctxpress.config import MESSAGES_PLACEHOLDER, CompressionConfig
 from ctxpress.summary.render import deterministic_digest, render_messages
-from ctxpress.tokens import count_request_tokens, estimate_tokens
+from ctxpress.tokens import TokenCounter, count_request_tokens, estimate_tokens
 
 SUMMARY_SOURCE_METADATA = {"lc_source": "summarization", "ctxpress_call": "summary"}
 #: Share of the threshold the whole summary request may use, leaving room for the answer.
@@ -64,14 +64,16 @@ def summary_request_budget(config: CompressionConfig) -> int:
     return max(int(config.threshold_tokens * SUMMARY_INPUT_SHARE), bare + MIN_SUMMARY_INPUT_TOKENS)
 
 
-def build_summary_request(config: CompressionConfig, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+def build_summary_request(
+    config: CompressionConfig, messages: Sequence[BaseMessage], counter: TokenCounter | None = None
+) -> list[BaseMessage]:
     """The summary model's input, within `summary_request_budget` by the same estimate."""
     budget = summary_request_budget(config)
     bare = _request_tokens(config, _request(config, ""))
     copies = max(1, config.summary_prompt.count(MESSAGES_PLACEHOLDER))  # each gets the transcript
     room = (budget - bare) // copies
     for _ in range(FIT_ROUNDS):
-        request = _request(config, render_messages(messages, room, config.token_profile))
+        request = _request(config, render_messages(messages, room, config.token_profile, counter=counter))
         tokens = _request_tokens(config, request)
         if tokens <= budget:
             return request
@@ -120,10 +122,13 @@ def summarize(
     config: CompressionConfig,
     messages: Sequence[BaseMessage],
     timeout: float | None = None,
+    *,
+    counter: TokenCounter | None = None,
 ) -> SummaryOutcome:
     """The sync summary call; with a `timeout` it runs in a daemon thread that is abandoned if it
-    hangs (a sync call cannot be cancelled), so a hung summary model never hangs the run (S27)."""
-    request = build_summary_request(config, messages)
+    hangs (a sync call cannot be cancelled), so a hung summary model never hangs the run (S27).
+    `counter` sizes the messages (a fresh one without)."""
+    request = build_summary_request(config, messages, counter)
     if timeout is None:
         try:
             response = model.invoke(request, config=summary_call_config())
@@ -155,9 +160,11 @@ async def asummarize(
     messages: Sequence[BaseMessage],
     timeout: float | None,
     callbacks: Sequence[BaseCallbackHandler] = (),
+    *,
+    counter: TokenCounter | None = None,
 ) -> SummaryOutcome:
     try:
-        request = build_summary_request(config, messages)
+        request = build_summary_request(config, messages, counter)
         call = model.ainvoke(request, config=summary_call_config(callbacks))
         response = await asyncio.wait_for(call, timeout)
     except TimeoutError:

@@ -20,7 +20,6 @@ from langgraph.runtime import Runtime
 from ctxpress.events import COMPLETED, CONTEXT_COMPRESSION, CompressionEvent, Level
 from ctxpress.middleware import EVENT_KEY, ContextCompressionMiddleware
 from ctxpress.summary.event import effective_messages
-from ctxpress.tokens import count_request_tokens
 
 
 @dataclass
@@ -130,7 +129,8 @@ def _one_call(
         state=dict(state),  # type: ignore[arg-type]
         runtime=Runtime(stream_writer=events.append),
     )
-    tokens_before = count_request_tokens(_effective(middleware, state), system, tools, profile)
+    counter = middleware.token_counter  # warm with what the middleware itself counted
+    tokens_before = counter.count_request(_effective(middleware, state), system, tools, profile)
     response = middleware.wrap_model_call(request, handler)
     if isinstance(response, ExtendedModelResponse) and response.command is not None:
         _apply_update(state, dict(response.command.update or {}))
@@ -138,7 +138,7 @@ def _one_call(
     return ReplayStep(
         position=position,
         tokens_before=tokens_before,
-        tokens_sent=count_request_tokens(view, system, tools, profile),
+        tokens_sent=counter.count_request(view, system, tools, profile),
         events=[e for e in events if e.get("type") == CONTEXT_COMPRESSION],
         view=view,
     )

@@ -26,7 +26,7 @@ from ctxpress.summary.event import SUMMARY_MARKER, effective_messages
 from ctxpress.summary.history import read_history
 from ctxpress.summary.recovery import RecoveryError, recover_messages
 from ctxpress.summary.summarizer import summary_output_budget
-from ctxpress.tokens import count_message_tokens, count_request_tokens, count_tools_tokens
+from ctxpress.tokens import TokenCounter
 from ctxpress.workdir import WorkdirError
 
 OVERFLOW_WORDS = (
@@ -265,16 +265,17 @@ def check_context_too_large(snapshot: ConversationSnapshot, context_window: int 
     system = SystemMessage(runtime.definition.system_prompt) if runtime.definition.system_prompt else None
     tools: list[Any] = list(runtime.tools)
     effective = effective_messages(snapshot.state_messages, snapshot.summarization_event)
-    system_tokens = count_message_tokens(system, profile) if system else 0
-    tool_tokens = count_tools_tokens(tools, profile)
-    total = count_request_tokens(effective.messages, system, tools, profile)
+    counter = TokenCounter()  # one for every figure below: the views share most messages
+    system_tokens = counter.count_message(system, profile) if system else 0
+    tool_tokens = counter.count_tools(tools, profile)
+    total = counter.count_request(effective.messages, system, tools, profile)
     l1 = compact_view(
         effective.messages, config, ReadThroughWorkdir(snapshot.workdir), cache=CompactionCache()
     )
-    l1_total = count_request_tokens(l1.messages, system, tools, profile)
+    l1_total = counter.count_request(l1.messages, system, tools, profile)
     keep = config.summary_keep_messages
     kept_view = l1.messages[-keep:]
-    after_summary = count_request_tokens(kept_view, system, tools, profile) + summary_output_budget(config)
+    after_summary = counter.count_request(kept_view, system, tools, profile) + summary_output_budget(config)
     window = context_window or _model_window(runtime.main_model)
     figures = [
         f"threshold {threshold:,} tokens ({config.summary_threshold:g}K); model context window "
@@ -285,7 +286,7 @@ def check_context_too_large(snapshot: ConversationSnapshot, context_window: int 
         f"{len(l1.truncated_arguments)} arguments cut)",
         f"kept messages: {len(snapshot.state_messages) - effective.cutoff_index} raw after the cutoff; "
         f"summary_keep_messages {keep}; after an L2 summary about {after_summary:,} tokens",
-        *_largest(l1.messages, profile),
+        *_largest(l1.messages, profile, counter),
     ]
     pressure = _last_pressure(snapshot)
     if pressure:
@@ -337,9 +338,9 @@ def _model_window(model: object) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-def _largest(messages: list[BaseMessage], profile: str) -> list[str]:
+def _largest(messages: list[BaseMessage], profile: str, counter: TokenCounter) -> list[str]:
     sized = sorted(
-        ((count_message_tokens(message, profile), index, message) for index, message in enumerate(messages)),
+        ((counter.count_message(message, profile), index, message) for index, message in enumerate(messages)),
         key=lambda item: -item[0],
     )[:LARGEST_SHOWN]
     lines = []

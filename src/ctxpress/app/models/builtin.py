@@ -32,7 +32,7 @@ from langchain_core.messages.tool import tool_call_chunk
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from ctxpress.app.models.agent_policy import OfflineAgentPolicy
 from ctxpress.app.models.reply import (
@@ -43,7 +43,7 @@ from ctxpress.app.models.reply import (
     ReplyPolicy,
 )
 from ctxpress.app.models.summary_writer import looks_like_summary_prompt, write_summary
-from ctxpress.tokens import count_request_tokens, estimate_tokens
+from ctxpress.tokens import TokenCounter, estimate_tokens
 
 DEFAULT_CONTEXT_WINDOW = 131_072
 STREAM_CHUNK_CHARS = 8
@@ -62,6 +62,8 @@ class BuiltinChatModel(BaseChatModel):
     model_name: str = BUILTIN_MODEL_NAME
     context_window: int = Field(default=DEFAULT_CONTEXT_WINDOW, gt=0, description="Input tokens accepted.")
     token_profile: str = "default"
+    # Counts each request's input; its own caches keep that cheap across the calls of a conversation.
+    _token_counter: TokenCounter = PrivateAttr(default_factory=TokenCounter)
 
     @model_validator(mode="after")
     def _describe_profile(self) -> BuiltinChatModel:
@@ -110,7 +112,7 @@ class BuiltinChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         tools: list[dict[str, Any]] = list(kwargs.get("tools") or [])
-        input_tokens = count_request_tokens(messages, None, tools, self.token_profile)
+        input_tokens = self._token_counter.count_request(messages, None, tools, self.token_profile)
         if input_tokens > self.context_window:
             # The wording of OpenAI-compatible servers, so logs read the same as with a real model.
             raise ContextOverflowError(

@@ -25,9 +25,11 @@ from ctxpress.app.server.agents_file import CONTEXT_COMPRESSION, AgentConfigErro
 from ctxpress.app.server.runtime.pressure_recording import publish_pressure
 from ctxpress.app.server.runtime.tools import resolve_tools
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
+from ctxpress.compaction import CompactionCache
 from ctxpress.config import CompressionConfig
 from ctxpress.middleware import ContextCompressionMiddleware
 from ctxpress.overflow import OverflowMappingMiddleware
+from ctxpress.tokens import TokenCounter
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +48,10 @@ class AgentRuntime:
     tools: list[BaseTool | Callable[..., Any]]
     main_usage_provider: str | None
     summary_usage_provider: str | None
+    #: The caches of the agent's middleware, shared with manual compression and the status panel so
+    #: that they count and compact the same thread warm.
+    token_counter: TokenCounter
+    compaction_cache: CompactionCache
 
     @property
     def compression(self) -> CompressionConfig:
@@ -122,7 +128,12 @@ class AgentRegistry:
 
 
 def agent_middleware(
-    definition: AgentDefinition, *, summary_model: BaseChatModel, workdirs: ConversationWorkdirs
+    definition: AgentDefinition,
+    *,
+    summary_model: BaseChatModel,
+    workdirs: ConversationWorkdirs,
+    counter: TokenCounter | None = None,
+    cache: CompactionCache | None = None,
 ) -> list[AgentMiddleware[Any, Any]]:
     middleware: list[AgentMiddleware[Any, Any]] = []
     if definition.has_capability(CONTEXT_COMPRESSION):
@@ -135,6 +146,8 @@ def agent_middleware(
                 summary_timeout=definition.summary_timeout,
                 # Each main-model request's size goes onto the run's stream; the executor records it (S22).
                 on_pressure=publish_pressure,
+                counter=counter,
+                cache=cache,
             )
         )
     middleware.extend(definition.extra_middleware)
@@ -152,12 +165,15 @@ def _build_runtime(
     summary_spec = definition.summary_model or definition.model
     summary_model = main_model if definition.summary_model is None else summary_spec.build()
     tools = resolve_tools(definition.tools, workdirs, extra_tools, unavailable_tools)
+    counter, cache = TokenCounter(), CompactionCache()
     graph = create_agent(
         main_model,
         tools,
         system_prompt=definition.system_prompt,
         middleware=[
-            *agent_middleware(definition, summary_model=summary_model, workdirs=workdirs),
+            *agent_middleware(
+                definition, summary_model=summary_model, workdirs=workdirs, counter=counter, cache=cache
+            ),
             # Innermost: real servers word "context exceeded" in many ways (llama.cpp, vLLM, Ollama,
             # DeepSeek, SiliconFlow…); only a ContextOverflowError reaches the forced summary (S6).
             OverflowMappingMiddleware(),
@@ -173,4 +189,6 @@ def _build_runtime(
         tools=tools,
         main_usage_provider=definition.model.provider,
         summary_usage_provider=summary_spec.provider,
+        token_counter=counter,
+        compaction_cache=cache,
     )

@@ -190,6 +190,8 @@ class CompressionService:
                     system_message=system_message_of(runtime.definition.system_prompt),
                     tools=runtime.tools,
                     thread_id=conversation_id,
+                    cache=runtime.compaction_cache,
+                    counter=runtime.token_counter,
                     callbacks=[collector],
                 )
             except ManualCompressionError as exc:
@@ -222,6 +224,7 @@ class CompressionService:
             system_prompt=runtime.definition.system_prompt,
             tools=runtime.tools,
             config=runtime.compression,
+            counter=runtime.token_counter,
         )
         capability = runtime.definition.has_capability(CONTEXT_COMPRESSION)
         return ContextStatus(

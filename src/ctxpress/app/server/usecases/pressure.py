@@ -23,6 +23,7 @@ from ctxpress.config import CompressionConfig
 from ctxpress.middleware import EVENT_KEY
 from ctxpress.pressure import SUGGEST_COMPRESS_RATIO, RequestPressure, measure_request
 from ctxpress.summary.event import EffectiveMessages, effective_messages
+from ctxpress.tokens import TokenCounter
 
 
 def system_message_of(system_prompt: str) -> SystemMessage | None:
@@ -43,6 +44,7 @@ def estimate_next_input(
     system_prompt: str,
     tools: Sequence[Any],
     config: CompressionConfig,
+    counter: TokenCounter | None = None,
 ) -> NextInputEstimate:
     """What the main model would receive from state `values` now (before any compaction it may trigger).
 
@@ -51,7 +53,9 @@ def estimate_next_input(
     """
     messages: list[BaseMessage] = list(values.get("messages") or [])
     effective = effective_messages(messages, values.get(EVENT_KEY))
-    pressure = measure_request(effective.messages, system_message_of(system_prompt), tools, config)
+    pressure = measure_request(
+        effective.messages, system_message_of(system_prompt), tools, config, counter=counter
+    )
     return NextInputEstimate(pressure, effective, len(messages))
 
 

@@ -18,7 +18,7 @@ Each id keeps two slots, because the L1 path alternates between a message and it
 which keeps the message's id.
 
 What the premise excludes, and this memo cannot see: a nested list or dict of a message (list
-content, tool-call arguments) edited in place between two counts. ``count_request_tokens`` without
+content, tool-call arguments) edited in place between two counts. A count without
 ``immutable_messages`` sees even that, since its per-content cache keys on the content itself.
 Equality also treats ``1``, ``1.0`` and ``True`` in tool arguments as the same value, so a message
 whose id was kept while such a value changed type keeps its earlier count, off by a token or two
@@ -28,41 +28,41 @@ whose id was kept while such a value changed type keeps its earlier count, off b
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from operator import attrgetter
 from typing import Any, Final, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-__all__ = ["FIELDS_BY_CLASS", "MessageMemo", "fields_getter", "message_fields"]
+__all__ = ["MESSAGE_MEMO_MAX_ENTRIES", "MESSAGE_MEMO_MAX_TOKENS", "MessageMemo", "message_fields"]
 
-# The fields a message's count reads (see `tokens._message_tokens`), with the class first so that a
-# message of another class under the same id never matches.
+# Default bounds of a memo: ids remembered, and the estimated tokens of the fields it keeps alive
+# (about 4 characters each).
+MESSAGE_MEMO_MAX_ENTRIES: Final = 100_000
+MESSAGE_MEMO_MAX_TOKENS: Final = 4_000_000
+
+# The fields a message's count reads (see `messages.messages_tokens`), with the class first so that
+# a message of another class under the same id never matches.
 _PLAIN_FIELDS: Final = attrgetter("__class__", "content", "name")
 _TOOL_FIELDS: Final = attrgetter("__class__", "content", "name", "tool_call_id")
 _AI_FIELDS: Final = attrgetter(
     "__class__", "content", "name", "tool_calls", "invalid_tool_calls", "additional_kwargs"
 )
-#: message class -> the getter of its fields; filled by `fields_getter`, read directly by hot loops.
-FIELDS_BY_CLASS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+FieldsGetter = Callable[[Any], tuple[Any, ...]]
 
 #: One memo entry: the message object last seen with the latest fields, those fields and their
 #: count, then the fields and count of the version before (or None, 0).
 Entry = tuple[Any, tuple[Any, ...], int, tuple[Any, ...] | None, int]
-_Counter = TypeVar("_Counter")
+_Context = TypeVar("_Context")
 
 
-def fields_getter(message_class: type) -> Callable[[Any], tuple[Any, ...]]:
-    getter = FIELDS_BY_CLASS.get(message_class)
-    if getter is None:
-        if issubclass(message_class, AIMessage):
-            getter = _AI_FIELDS
-        elif issubclass(message_class, ToolMessage):
-            getter = _TOOL_FIELDS
-        else:
-            getter = _PLAIN_FIELDS
-        FIELDS_BY_CLASS[message_class] = getter
-    return getter
+def fields_getter(message_class: type) -> FieldsGetter:
+    """The getter of the fields a message of `message_class` is counted from."""
+    if issubclass(message_class, AIMessage):
+        return _AI_FIELDS
+    if issubclass(message_class, ToolMessage):
+        return _TOOL_FIELDS
+    return _PLAIN_FIELDS
 
 
 def message_fields(message: BaseMessage) -> tuple[Any, ...]:
@@ -86,7 +86,9 @@ class MessageMemo:
     entry. `max_tokens` bounds the text the remembered fields keep alive (about 4 characters each).
     """
 
-    def __init__(self, max_entries: int, max_tokens: int) -> None:
+    def __init__(
+        self, max_entries: int = MESSAGE_MEMO_MAX_ENTRIES, max_tokens: int = MESSAGE_MEMO_MAX_TOKENS
+    ) -> None:
         self.max_entries = max_entries
         self.max_tokens = max_tokens
         self.young: dict[Hashable, Entry] = {}
@@ -94,9 +96,40 @@ class MessageMemo:
         self.young_tokens = 0
         self.misses = 0
         self._lock = threading.Lock()
+        # Message class -> its fields getter, filled on first sight of a class (`issubclass` is slow
+        # on pydantic models), read directly by `total`.
+        self.getters: dict[type, FieldsGetter] = {}
 
     def __len__(self) -> int:
         return len(self.young) + len(self.old)
+
+    def total(
+        self,
+        messages: Sequence[BaseMessage],
+        count_message: Callable[[BaseMessage, _Context], int],
+        context: _Context,
+    ) -> int:
+        """Sum of the counts of `messages`, each taken from the memo when its fields are unchanged,
+        else `count_message(message, context)` remembered now. The young generation's latest slot
+        is checked inline: this loop is the middleware's warm path."""
+        recent = self.young.get
+        getter_of = self.getters.get
+        total = 0
+        for message in messages:
+            fields = (getter_of(message.__class__) or self._getter(message.__class__))(message)
+            key = message.id or id(message)
+            entry = recent(key)
+            if entry is not None and entry[1] == fields:  # identity checks when it is the same message
+                total += entry[2]
+                if entry[0] is not message:  # an equal copy (a checkpoint reload)
+                    self.adopt(key, message, fields, entry)
+            else:
+                total += self.count(key, message, fields, count_message, context)
+        return total
+
+    def _getter(self, message_class: type) -> FieldsGetter:
+        getter = self.getters[message_class] = fields_getter(message_class)
+        return getter
 
     def adopt(self, key: Hashable, message: BaseMessage, fields: tuple[Any, ...], entry: Entry) -> None:
         """`message` (with `fields`) equals the latest version in `entry` but is made of other
@@ -108,11 +141,11 @@ class MessageMemo:
         key: Hashable,
         message: BaseMessage,
         fields: tuple[Any, ...],
-        count_message: Callable[[BaseMessage, _Counter], int],
-        counter: _Counter,
+        count_message: Callable[[BaseMessage, _Context], int],
+        context: _Context,
     ) -> int:
         """The count of `message` (whose fields are `fields`) found under `key` in either
-        generation and either slot, or `count_message(message, counter)` remembered now."""
+        generation and either slot, or `count_message(message, context)` remembered now."""
         entry = self.young.get(key) or self.old.get(key)
         if entry is not None:
             if entry[1] == fields:
@@ -122,7 +155,7 @@ class MessageMemo:
                 self._put(key, (message, fields, entry[4], entry[1], entry[2]))
                 return entry[4]
         self.misses += 1
-        tokens = count_message(message, counter)
+        tokens = count_message(message, context)
         if 2 * tokens > self.max_tokens:
             return tokens  # too big to keep alive; the count is still right, just not remembered
         if entry is None:

@@ -1,0 +1,69 @@
+"""The token estimate of one text: its character-class features weighted per tokenizer profile (S12).
+
+Counts are approximate and never used for billing. ``len(text) / 4`` -- what LangChain's
+``count_tokens_approximately`` does -- suits English but undercounts Chinese by 50-75%: a Chinese
+character costs 0.5-1.3 tokens, not a quarter. So the estimate is the weighted sum of the text's
+``features.text_features``, rounded up. Each profile's weights were fitted to a real tokenizer on
+half of a real-text corpus (``bench/fit_token_profiles.py``, which writes ``profile_weights.py``),
+with one rule from how tokenizers pre-split text: an ASCII letter run or a digit group (a digit, for
+Qwen) starts a pre-token, so it costs at least one token. The error on the other half, and on whole
+real threads, is in ``docs/benchmarks.md`` (``bench/token_estimate.py``).
+
+Profiles
+--------
+- ``cl100k``: OpenAI GPT-4 / GPT-3.5-turbo.
+- ``o200k``: OpenAI GPT-4o, GPT-4.1, o-series and later.
+- ``qwen``: Qwen2.5 / Qwen3.
+- ``deepseek``: DeepSeek-V3 / R1.
+- ``default``: an unknown model. Fitted to sit inside -10% / +25% of o200k, Qwen, DeepSeek and
+  Llama 3 on every measured text type, as close to the middle of that window as they allow, so it
+  leans high. It cannot also cover cl100k on Chinese text (cl100k needs 1.4-1.6x the tokens of the
+  others there) and undercounts it by ~25%: use ``cl100k`` for GPT-4 / GPT-3.5.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+from ctxpress.tokens.features import FEATURE_NAMES, text_features
+from ctxpress.tokens.profile_weights import PROFILE_WEIGHTS
+
+__all__ = ["PROFILE_NAMES", "estimate", "estimate_tokens", "profile_weights"]
+
+PROFILE_NAMES: tuple[str, ...] = ("default", "cl100k", "o200k", "qwen", "deepseek")
+
+#: Letters a letter run may average before its length starts to count: the fitted weights price a
+#: word at about one token whatever its length, which holds for prose but not for a blob with no
+#: spaces (base64, minified code), where tokenizers spend about one token per few letters.
+LETTERS_PER_RUN_FREE: Final = 12
+LETTERS_PER_EXTRA_TOKEN: Final = 4
+_LETTERS = FEATURE_NAMES.index("letters")
+_LETTER_RUNS = FEATURE_NAMES.index("letter_runs")
+
+
+def profile_weights(profile: str) -> tuple[float, ...]:
+    """The weights of `profile`; a `ValueError` naming the known profiles for any other name."""
+    try:
+        return PROFILE_WEIGHTS[profile]
+    except KeyError:
+        raise ValueError(
+            f"unknown token profile {profile!r}; choose one of {', '.join(PROFILE_NAMES)}"
+        ) from None
+
+
+def estimate(text: str, weights: tuple[float, ...]) -> int:
+    """Tokens of `text` under `weights` (one profile's)."""
+    if not text:
+        return 0
+    features = text_features(text)
+    total = sum(weight * count for weight, count in zip(weights, features, strict=True))
+    excess = features[_LETTERS] - LETTERS_PER_RUN_FREE * features[_LETTER_RUNS]
+    if excess > 0:
+        total += excess / LETTERS_PER_EXTRA_TOKEN
+    return max(1, math.ceil(total))  # a non-empty text is at least one token
+
+
+def estimate_tokens(text: str, profile: str = "default") -> int:
+    """Approximate token count of `text` for the tokenizer family `profile` (stateless, not cached)."""
+    return estimate(text, profile_weights(profile))
