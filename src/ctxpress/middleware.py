@@ -42,6 +42,15 @@ from langgraph.types import Command
 from ctxpress.compaction import CompactionCache, CompactionResult, compact_view
 from ctxpress.config import CompressionConfig
 from ctxpress.events import CONTEXT_OVERFLOW, L1, L2, CompressionDetails, CompressionEvents, Level
+from ctxpress.flow import (
+    BuildL1View,
+    CallModel,
+    Effect,
+    Flow,
+    FlowDriver,
+    SaveAndSummarize,
+    TrimTail,
+)
 from ctxpress.overflow_trim import trim_kept_tool_results
 from ctxpress.pressure import RequestPressure, measure_request
 from ctxpress.summary.event import (
@@ -51,7 +60,6 @@ from ctxpress.summary.event import (
 )
 from ctxpress.summary.step import (
     SavedSummary,
-    SummaryPlan,
     SummaryStep,
     asave_and_summarize,
     finish_summary,
@@ -78,34 +86,6 @@ class CompressionState(AgentState):
     _summarization_event: Annotated[NotRequired[SummarizationEvent | None], PrivateStateAttr]
 
 
-# --- Effects the flow asks its driver to carry out -------------------------------------------
-
-
-@dataclass(frozen=True)
-class CallModel:
-    request: ModelRequest
-
-
-@dataclass(frozen=True)
-class BuildL1View:
-    messages: list[BaseMessage]
-
-
-@dataclass(frozen=True)
-class SaveAndSummarize:
-    plan: SummaryPlan
-
-
-@dataclass(frozen=True)
-class TrimTail:
-    view: list[BaseMessage]
-    originals: dict[str, BaseMessage]
-
-
-Effect = CallModel | BuildL1View | SaveAndSummarize | TrimTail
-Flow = Generator[Effect, Any, ModelResponse | ExtendedModelResponse]
-
-
 @dataclass
 class _Call:
     """Everything one model call's flow needs, resolved once."""
@@ -118,31 +98,6 @@ class _Call:
 
     def with_messages(self, messages: list[BaseMessage]) -> ModelRequest:
         return self.request.override(messages=cast("list[AnyMessage]", messages))
-
-
-class _FlowDriver:
-    """Steps a flow generator: feeds each effect's value (or error) back and keeps the result."""
-
-    def __init__(self, flow: Flow) -> None:
-        self._flow = flow
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self.result: ModelResponse | ExtendedModelResponse
-
-    def next_effect(self) -> Effect | None:
-        value, error = self._value, self._error
-        self._value, self._error = None, None
-        try:
-            return self._flow.throw(error) if error is not None else self._flow.send(value)
-        except StopIteration as done:
-            self.result = done.value
-            return None
-
-    def resume(self, value: Any) -> None:
-        self._value = value
-
-    def fail(self, error: BaseException) -> None:
-        self._error = error
 
 
 class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
@@ -187,7 +142,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
     def wrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
     ) -> ModelResponse | ExtendedModelResponse:
-        flow = _FlowDriver(self._flow(request))
+        flow = FlowDriver(self._flow(request))
         while (effect := flow.next_effect()) is not None:
             try:
                 flow.resume(self._run_sync(effect, request, handler))
@@ -198,7 +153,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
     async def awrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
     ) -> ModelResponse | ExtendedModelResponse:
-        flow = _FlowDriver(self._flow(request))
+        flow = FlowDriver(self._flow(request))
         while (effect := flow.next_effect()) is not None:
             try:
                 flow.resume(await self._run_async(effect, request, handler))
