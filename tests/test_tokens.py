@@ -7,7 +7,6 @@ import inspect
 import json
 import re
 import statistics
-import sys
 from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
@@ -19,6 +18,8 @@ from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 import ctxpress.tokens as tokens
+from ctxpress.app.testing import real_tokenizers
+from ctxpress.app.testing import token_samples as samples
 from ctxpress.tokens import (
     MEDIA_BLOCK_TOKENS,
     PROFILE_NAMES,
@@ -31,10 +32,6 @@ from ctxpress.tokens import (
     token_cache_info,
 )
 from tests.conftest import require_shared_data
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import real_tokenizers
-import samples
 
 # A fixed slice of the eval half (the half the weights were not fitted on): the first samples of each
 # text type. A bound on accuracy, not on timing, so that a regression fails CI.

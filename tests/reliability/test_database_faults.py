@@ -17,8 +17,8 @@ import psycopg
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage
 
+from ctxpress.app.testing.api import send, wait_for_status
 from tests.server.fakes import ScriptedChatModel, report_tool_script
-from tests.server.helpers import send, wait_for_status
 
 from .support import (
     TOPICS,

@@ -22,8 +22,8 @@ from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.services.agents import AgentDefinition
 from ctxpress.app.server.services.container import open_database
 from ctxpress.app.server.settings import Settings
-
-from .helpers import LiveServer, PostgresUnavailableError, scratch_postgres_database
+from ctxpress.app.testing.live_server import LiveServer
+from ctxpress.app.testing.postgres import PostgresUnavailableError, scratch_postgres_database
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 

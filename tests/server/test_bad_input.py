@@ -7,10 +7,11 @@ from collections.abc import Iterator
 import httpx
 
 from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
+from ctxpress.app.testing.api import create_conversation
+from ctxpress.app.testing.records import query_sql
 
 from .conftest import ServerFactory
 from .fakes import ScriptedChatModel, echo_script
-from .helpers import create_conversation, query_sql
 
 MAX_BODY = 4096
 

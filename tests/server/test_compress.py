@@ -17,12 +17,13 @@ import httpx
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
+from ctxpress.app.testing.api import create_conversation, send, wait_for_status
+from ctxpress.app.testing.live_server import LiveServer
 from ctxpress.config import CompressionConfig
 from ctxpress.summary.event import is_summary_message
 
 from .conftest import ServerFactory
 from .fakes import SUMMARY_TOKEN, ScriptedChatModel, new_call_id
-from .helpers import LiveServer, create_conversation, send, wait_for_status
 
 SYSTEM_PROMPT = "你是知识库助手。回答要准确、简洁。"
 #: Keep 2 messages; the default threshold (100 K) keeps automatic compression out of these tests.

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
+from ctxpress.app.testing.api import SseEvent, create_conversation, read_events, send
+from ctxpress.app.testing.records import query_sql
 from ctxpress.config import CompressionConfig
 
 from .conftest import ServerFactory
@@ -17,7 +19,6 @@ from .fakes import (
     report_tool_script,
     summary_script,
 )
-from .helpers import SseEvent, create_conversation, query_sql, read_events, send
 
 TOPICS = ["季度营收", "客户名单", "合同条款", "风险评估", "交付计划"]
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
 from ctxpress.app.server.services.execution import UNANSWERED_TOOL_CALL
+from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
+from ctxpress.app.testing.records import query_sql
 
 from .conftest import ServerFactory
 from .fakes import ScriptedChatModel, ask_script
-from .helpers import create_conversation, query_sql, read_events, send, wait_for_status
 
 
 def asking_agent() -> AgentDefinition:

@@ -12,10 +12,10 @@ from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
 from ctxpress.app.server.services.container import open_database
 from ctxpress.app.server.services.locks import conversation_lock
 from ctxpress.app.server.services.worker import LEASE_EXPIRED_ERROR
+from ctxpress.app.testing.api import create_conversation, read_events, wait_for_status
 
 from .conftest import ServerFactory, SettingsFactory
 from .fakes import ScriptedChatModel, echo_script
-from .helpers import create_conversation, read_events, wait_for_status
 
 
 def echo_agent(gate: threading.Event | None = None) -> AgentDefinition:

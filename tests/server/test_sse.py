@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, BaseMessage
 
 from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
+from ctxpress.app.testing.api import SseEvent, create_conversation, read_events, send, wait_for_status
 
 from .conftest import ServerFactory
 from .fakes import ScriptedChatModel, echo_script
-from .helpers import SseEvent, create_conversation, read_events, send, wait_for_status
 
 
 def echo_agent(gate: threading.Event | None = None) -> AgentDefinition:

@@ -11,10 +11,11 @@ from langchain_core.tools import BaseTool, tool
 from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
 from ctxpress.app.server.services.tools import workdir_tools
 from ctxpress.app.server.services.workdirs import ConversationWorkdirs
+from ctxpress.app.testing.api import create_conversation, read_events, send
+from ctxpress.app.testing.records import query_sql
 
 from .conftest import ServerFactory, SettingsFactory
 from .fakes import ScriptedChatModel, new_call_id
-from .helpers import create_conversation, query_sql, read_events, send
 
 FINDINGS = "outputs/research/findings.md"
 
