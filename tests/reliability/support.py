@@ -20,8 +20,9 @@ from ctxpress.app.testing.records import query_sql
 from ctxpress.compaction.content import content_text
 from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.config import CompressionConfig
+from tests.fakes import ScriptedChatModel
 from tests.middleware.conftest import assert_provider_valid
-from tests.server.fakes import ScriptedChatModel, fetch_report, report_text, report_tool_script
+from tests.server.fakes import fetch_report, report_text, report_tool_script
 
 from .faults import workdir_problems
 

@@ -18,7 +18,8 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage
 
 from ctxpress.app.testing.api import send, wait_for_status
-from tests.server.fakes import ScriptedChatModel, report_tool_script
+from tests.fakes import ScriptedChatModel
+from tests.server.fakes import report_tool_script
 
 from .support import (
     TOPICS,

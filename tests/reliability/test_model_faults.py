@@ -25,9 +25,8 @@ from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.summary.event import is_summary_message
 from ctxpress.summary.summarizer import summary_output_budget
 from ctxpress.tokens import count_request_tokens, estimate_tokens
-from tests.fakes import ScriptedChatModel as EngineModel
-from tests.fakes import tool_call
-from tests.server.fakes import ScriptedChatModel, report_text, report_tool_script
+from tests.fakes import ScriptedChatModel, tool_call
+from tests.server.fakes import report_text, report_tool_script
 
 from .faults import workdir_problems
 from .support import (
@@ -162,7 +161,7 @@ def test_summary_timeout_also_holds_on_the_sync_path(tmp_path: Any) -> None:
         summary_timeout=SUMMARY_TIMEOUT_S,
     )
     agent = create_agent(
-        EngineModel(script=script), [], middleware=[middleware], checkpointer=InMemorySaver()
+        ScriptedChatModel(script=script), [], middleware=[middleware], checkpointer=InMemorySaver()
     )
     config = {"configurable": {"thread_id": "sync-timeout"}}
     outcome: dict[str, Any] = {}

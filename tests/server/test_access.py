@@ -10,9 +10,10 @@ import pytest
 from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
 from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
 from ctxpress.app.testing.records import query_sql
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
-from .fakes import ScriptedChatModel, ask_script
+from .fakes import ask_script
 
 
 def agent() -> AgentDefinition:

@@ -9,9 +9,10 @@ import httpx
 from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
 from ctxpress.app.testing.api import create_conversation
 from ctxpress.app.testing.records import query_sql
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
-from .fakes import ScriptedChatModel, echo_script
+from .fakes import echo_script
 
 MAX_BODY = 4096
 

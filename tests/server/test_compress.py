@@ -21,9 +21,10 @@ from ctxpress.app.testing.api import create_conversation, send, wait_for_status
 from ctxpress.app.testing.live_server import LiveServer
 from ctxpress.config import CompressionConfig
 from ctxpress.summary.event import is_summary_message
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
-from .fakes import SUMMARY_TOKEN, ScriptedChatModel, new_call_id
+from .fakes import SUMMARY_TOKEN, new_call_id
 
 SYSTEM_PROMPT = "你是知识库助手。回答要准确、简洁。"
 #: Keep 2 messages; the default threshold (100 K) keeps automatic compression out of these tests.

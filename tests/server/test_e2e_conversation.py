@@ -9,16 +9,10 @@ from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
 from ctxpress.app.testing.api import SseEvent, create_conversation, read_events, send
 from ctxpress.app.testing.records import query_sql
 from ctxpress.config import CompressionConfig
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
-from .fakes import (
-    SUMMARY_TOKEN,
-    ScriptedChatModel,
-    fetch_report,
-    report_text,
-    report_tool_script,
-    summary_script,
-)
+from .fakes import SUMMARY_TOKEN, fetch_report, report_text, report_tool_script, summary_script
 
 TOPICS = ["季度营收", "客户名单", "合同条款", "风险评估", "交付计划"]
 

@@ -6,9 +6,10 @@ from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
 from ctxpress.app.server.services.execution import UNANSWERED_TOOL_CALL
 from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
 from ctxpress.app.testing.records import query_sql
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
-from .fakes import ScriptedChatModel, ask_script
+from .fakes import ask_script
 
 
 def asking_agent() -> AgentDefinition:

@@ -7,9 +7,10 @@ import threading
 from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
 from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
 from ctxpress.app.testing.records import query_sql
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
-from .fakes import ScriptedChatModel, echo_script
+from .fakes import echo_script
 
 
 def gated_agent(gate: threading.Event) -> AgentDefinition:

@@ -13,9 +13,10 @@ from ctxpress.app.server.services.container import open_database
 from ctxpress.app.server.services.locks import conversation_lock
 from ctxpress.app.server.services.worker import LEASE_EXPIRED_ERROR
 from ctxpress.app.testing.api import create_conversation, read_events, wait_for_status
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory, SettingsFactory
-from .fakes import ScriptedChatModel, echo_script
+from .fakes import echo_script
 
 
 def echo_agent(gate: threading.Event | None = None) -> AgentDefinition:

@@ -10,9 +10,10 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from ctxpress.app.server.services.agents import AgentDefinition, ModelSpec
 from ctxpress.app.testing.api import SseEvent, create_conversation, read_events, send, wait_for_status
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
-from .fakes import ScriptedChatModel, echo_script
+from .fakes import echo_script
 
 
 def echo_agent(gate: threading.Event | None = None) -> AgentDefinition:

@@ -13,9 +13,10 @@ from ctxpress.app.server.services.tools import workdir_tools
 from ctxpress.app.server.services.workdirs import ConversationWorkdirs
 from ctxpress.app.testing.api import create_conversation, read_events, send
 from ctxpress.app.testing.records import query_sql
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory, SettingsFactory
-from .fakes import ScriptedChatModel, new_call_id
+from .fakes import new_call_id
 
 FINDINGS = "outputs/research/findings.md"
 
