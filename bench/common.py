@@ -48,6 +48,7 @@ from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 
 from ctxpress import CompressionConfig
+from ctxpress.app.testing.token_samples import real_thread
 from ctxpress.compaction import CompactionCache
 from ctxpress.compaction.content import content_text
 from ctxpress.config import TOKENS_PER_K
@@ -57,7 +58,7 @@ from ctxpress.tools.replay import ReplayStep, replay_messages
 from ctxpress.tools.traces import Conversation, iter_conversations
 from ctxpress.tools.traces.model import finalize_conversation
 from ctxpress.workdir import LocalWorkdir
-from samples import real_thread, require_data_dir
+from shared_data import require_data_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCS = REPO_ROOT / "docs" / "benchmarks.md"
@@ -204,7 +205,7 @@ def source_sessions(source: str, target_tokens: int) -> list[Thread]:
 
 
 def reference_thread() -> Thread:
-    """The long real thread of `samples.real_thread` (401 messages of glaive zh, SWE-agent and
+    """The long real thread of `token_samples.real_thread` (401 messages of glaive zh, SWE-agent and
     tau-bench), the reference point of the token-estimate figures, with message ids."""
     system, rest = split_system(real_thread(require_data_dir()))
     # In an agent's state every message has an id (`add_messages` gives one); without ids

@@ -11,20 +11,16 @@ results of 5–50 MB built by repeating a real tool output.
 from __future__ import annotations
 
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "bench"))
-
-from ctxpress import CompressionConfig, LocalWorkdir, compact_view  # noqa: E402
-from ctxpress.compaction import CompactionCache  # noqa: E402
-from ctxpress.tools.traces import iter_conversations  # noqa: E402
-from samples import require_data_dir  # noqa: E402
+from ctxpress import CompressionConfig, LocalWorkdir, compact_view
+from ctxpress.compaction import CompactionCache
+from ctxpress.tools.traces import iter_conversations
+from shared_data import REPO_ROOT, require_data_dir
 
 MARK_START = "<!-- compaction_repeat:start -->"
 MARK_END = "<!-- compaction_repeat:end -->"

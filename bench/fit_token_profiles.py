@@ -3,7 +3,7 @@
     .venv/bin/python bench/fit_token_profiles.py          # print the fitted table
     .venv/bin/python bench/fit_token_profiles.py --write  # and (re)generate profile_weights.py
 
-Only the *fit* half of the samples is used (``samples.fit_half``); ``token_estimate.py`` reports
+Only the *fit* half of the samples is used (``token_samples.fit_half``); ``token_estimate.py`` reports
 errors on the other half. Objective for a matching profile: the squared *relative* error per sample,
 every text type weighted equally, weights non-negative (except the ``\\uXXXX`` weight, which corrects
 for the escape's hex digits also being counted as letters and digits).
@@ -11,7 +11,7 @@ for the escape's hex digits also being counted as letters and digits).
 Stage 1 fits every weight on the goal text types, with the rare-class weights held at a prior and
 the CJK punctuation weight held at its directly measured cost (``marginal_cjk_punct_cost``).
 Stage 2 fits the kana/hangul and two-byte weights on gettext catalogs (Japanese, Korean, Russian;
-see ``samples.gettext_catalog_samples``) with the stage-1 weights held; skipped when the catalogs
+see ``token_samples.gettext_catalog_samples``) with the stage-1 weights held; skipped when the catalogs
 are not installed. The astral (emoji) weight stays at its prior: there is no real text to fit it on.
 
 ``default`` is fitted to the middle of what o200k / Qwen / DeepSeek / Llama 3 allow on each text type
@@ -31,17 +31,17 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import lsq_linear, minimize
 
-from ctxpress.tokens import FEATURE_NAMES, text_features
-from real_tokenizers import PROFILE_FAMILIES, load_real_tokenizers
-from samples import (
+from ctxpress.app.testing.real_tokenizers import PROFILE_FAMILIES, load_real_tokenizers
+from ctxpress.app.testing.token_samples import (
     CALIBRATION_LANGUAGES,
     TEXT_TYPES,
     TextSample,
     build_samples,
     fit_half,
     gettext_catalog_samples,
-    require_data_dir,
 )
+from ctxpress.tokens import FEATURE_NAMES, text_features
+from shared_data import require_data_dir
 
 WEIGHTS_PY = Path(__file__).resolve().parents[1] / "src" / "ctxpress" / "tokens" / "profile_weights.py"
 WEIGHTS_MODULE = '''"""Fitted weights of the token estimate: tokens per unit of each character-class feature

@@ -54,10 +54,10 @@ from common import (
     table,
     update_docs,
 )
+from ctxpress.app.testing.real_tokenizers import load_real_tokenizer
 from ctxpress.compaction.content import content_text
 from ctxpress.config import TOKENS_PER_K
 from ctxpress.tokens import TokenCounter
-from real_tokenizers import load_real_tokenizer
 
 MARKER = "l1_savings"
 COMMAND = ".venv/bin/python bench/l1_savings.py"

@@ -537,7 +537,7 @@ def main(argv: list[str] | None = None) -> None:
         "",
         *render(rows),
         "",
-        f"Reference point: the real {len(reference.messages)}-message thread of `samples.real_thread` "
+        f"Reference point: the real {len(reference.messages)}-message thread of `token_samples.real_thread` "
         f"({reference.chars / 1e6:.2f} M characters, {reference.utf8_bytes / 1e6:.2f} MB of text and "
         f"tool arguments, {reference.tokens:,} estimated tokens; it stops at 401 messages long before "
         "1.4 MB). `count_tokens_approximately` (the peers' chars/4) alone takes "

@@ -59,41 +59,21 @@ from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 
 from common import REPO_ROOT, bench_parser, percentile, ratio, table, update_docs
-from profiled import by_package
-from timed_service import CHECKPOINT_READ, CHECKPOINT_WRITE, SUMMARY_MODEL, timed_agent
-
-# The service-process and scratch-database helpers of the test suites live under `tests/`.
-sys.path.insert(0, str(REPO_ROOT))
-
-from tests.reliability.processes import ServiceProcess, create_user
-from tests.server.helpers import (
-    PostgresUnavailableError,
-    read_events,
-    scratch_postgres_database,
-    send,
-)
-
 from ctxpress.app.server.agents_file import default_agent
 from ctxpress.app.server.runtime.agents import thread_config
 from ctxpress.app.server.runtime.container import open_services
 from ctxpress.app.server.settings import Settings
+from ctxpress.app.testing.api import read_events, send
+from ctxpress.app.testing.postgres import PostgresUnavailableError, scratch_postgres_database
+from ctxpress.app.testing.processes import SERVE_COMMAND, ServiceProcess, create_user
+from profiled import by_package
+from timed_service import CHECKPOINT_READ, CHECKPOINT_WRITE, SUMMARY_MODEL, timed_agent
 
 MARKER = "service_load"
 COMMAND = ".venv/bin/python bench/service_load.py"
 BENCH_DIR = Path(__file__).resolve().parent
 BACKENDS: tuple[str, ...] = ("sqlite", "postgresql")
 CTXPRESS, PEER = "ctxpress", "no middleware"
-#: `ctxpress serve` as its console script runs it (`ctxpress = "ctxpress.app.cli:app"`).
-SERVE_COMMAND: tuple[str, ...] = (
-    sys.executable,
-    "-m",
-    "ctxpress.app.cli",
-    "serve",
-    "--port",
-    "{port}",
-    "--log-level",
-    "warning",
-)
 TIMED_COMMAND: tuple[str, ...] = (sys.executable, str(BENCH_DIR / "timed_service.py"), "{port}")
 GOAL_LOST = 0
 GOAL_COMPRESS_P50_MS = 50.0
@@ -165,7 +145,7 @@ def running_service(
 ) -> Iterator[ServiceProcess]:
     """The started service process on 127.0.0.1 (stopped on exit, whatever happened)."""
     process = ServiceProcess(
-        settings, root, root / "service.log", extra_env=extra_env or {}, command=tuple(command), tuning_env={}
+        settings, root, root / "service.log", extra_env=extra_env or {}, command=tuple(command), cwd=REPO_ROOT
     )
     try:
         process.start()

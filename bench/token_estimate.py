@@ -26,11 +26,13 @@ from pathlib import Path
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, messages_from_dict, messages_to_dict
 from langchain_core.messages.utils import count_tokens_approximately
 
-from ctxpress.tokens import TokenCounter, count_request_tokens, estimate_tokens
-from ctxpress.tokens.counter import REQUEST_OVERHEAD_TOKENS
-from ctxpress.tokens.messages import MESSAGE_OVERHEAD_TOKENS, NAME_OVERHEAD_TOKENS, TOOL_CALL_OVERHEAD_TOKENS
-from real_tokenizers import ALL_FAMILIES, PROFILE_FAMILIES, RealTokenizer, load_real_tokenizers
-from samples import (
+from ctxpress.app.testing.real_tokenizers import (
+    ALL_FAMILIES,
+    PROFILE_FAMILIES,
+    RealTokenizer,
+    load_real_tokenizers,
+)
+from ctxpress.app.testing.token_samples import (
     CALIBRATION_LANGUAGES,
     TEXT_TYPES,
     TextSample,
@@ -38,8 +40,11 @@ from samples import (
     eval_half,
     gettext_catalog_samples,
     real_thread,
-    require_data_dir,
 )
+from ctxpress.tokens import TokenCounter, count_request_tokens, estimate_tokens
+from ctxpress.tokens.counter import REQUEST_OVERHEAD_TOKENS
+from ctxpress.tokens.messages import MESSAGE_OVERHEAD_TOKENS, NAME_OVERHEAD_TOKENS, TOOL_CALL_OVERHEAD_TOKENS
+from shared_data import require_data_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCS = REPO_ROOT / "docs" / "benchmarks.md"
@@ -331,7 +336,7 @@ def cache_section(threads: dict[str, list[BaseMessage]]) -> list[str]:
         "**Per-message cache**: `TokenCounter.count_request` (one counter held across the calls) on long "
         "threads concatenated from real traces "
         "(glaive zh dialogues with tool calls, SWE-agent and tau-bench trajectories; "
-        "`samples.real_thread`), against `langchain_core`'s `count_tokens_approximately` on the same "
+        "`token_samples.real_thread`), against `langchain_core`'s `count_tokens_approximately` on the same "
         "messages. Median CPU milliseconds per call; cold = cache cleared before each call; reloaded = "
         "`messages_from_dict(messages_to_dict(thread))`, as after a checkpoint load (equal strings, new "
         "objects: each is hashed and compared once, not re-estimated). The issue's thread (401 messages, "
@@ -392,7 +397,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"Reproduce: `{COMMAND}` (Python {platform.python_version()}, {platform.machine()}; timings vary "
         "with the machine and its load). Real tokenizers: "
         + ", ".join(f"{tok.family} = {tok.label}" for tok in tokenizers.values())
-        + ". Samples: real text from the shared data folder and installed packages (`bench/samples.py`); "
+        + ". Samples: real text from the shared data folder and installed packages (`ctxpress.app.testing.token_samples`); "
         "weights fitted on the other half (`bench/fit_token_profiles.py`). Catalog rows (gettext "
         "translations of system packages) calibrate kana/hangul and Cyrillic and are not goal types.",
         "",

@@ -1,54 +1,100 @@
-"""Scripted chat models for tests: the model is fake, the agent graph around it is real."""
+"""The scripted chat model of every test suite: the model is fake, the agent graph around it is real."""
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.exceptions import ContextOverflowError
-from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.language_models.base import LangSmithParams
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages.ai import UsageMetadata
+from langchain_core.messages.tool import tool_call_chunk
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from pydantic import Field, PrivateAttr
+from langchain_core.runnables import Runnable
+from pydantic import ConfigDict, Field, PrivateAttr
 
 from ctxpress.tokens import TokenCounter
 
-Step = AIMessage | BaseException | Callable[[list[BaseMessage]], AIMessage]
+#: A reply computed from the request's messages.
+Script = Callable[[Sequence[BaseMessage]], AIMessage]
+#: One step of a list script: a reply to return, an exception to raise, or a function of the request.
+Step = AIMessage | BaseException | Script
+CHUNK_CHARS = 6
+#: What every reply reports as its usage (unless `report_usage=False`), so usage records are checkable.
+REPORTED_USAGE: UsageMetadata = {
+    "input_tokens": 100,
+    "output_tokens": 10,
+    "total_tokens": 110,
+    "input_token_details": {"cache_read": 40},
+}
 
 
 class ScriptedChatModel(BaseChatModel):
-    """Answers from a script, records every request, overflows above `context_window` tokens.
+    """A streaming, tool-calling chat model whose replies come from a script.
 
-    A step is an AIMessage to return, an exception to raise, or a function of the request's
-    messages. When the script runs out it answers "done". Streaming yields the answer in chunks.
+    `script` is a function of the request's messages (asked on every call), or a list of steps taken
+    in order (an AIMessage, an exception to raise, or a function of the request); an exhausted list
+    answers "done". Every request is recorded in `requests` and every call's kind ("generate" or
+    "stream") in `calls`. A request above `context_window` tokens raises ContextOverflowError.
+    Streaming yields the text in `chunk_chars` pieces, then the tool calls, then the usage.
     """
 
-    script: list[Any] = Field(default_factory=list)
-    requests: list[list[BaseMessage]] = Field(default_factory=list)
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    script: Script | list[Any] = Field(default_factory=list)
+    provider: str = "fake"
+    model_name: str = "scripted"
+    #: When set, every call first waits for it (to hold a run in `running`).
+    gate: threading.Event | None = None
+    report_usage: bool = True
     context_window: int | None = None
-    chunk_chars: int = 8
+    chunk_chars: int = CHUNK_CHARS
+    requests: list[list[BaseMessage]] = Field(default_factory=list)
+    calls: list[str] = Field(default_factory=list)
     _token_counter: TokenCounter = PrivateAttr(default_factory=TokenCounter)
 
     @property
     def _llm_type(self) -> str:
-        return "scripted-test-model"
+        return "scripted"
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:  # type: ignore[override]
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        return LangSmithParams(ls_provider=self.provider, ls_model_name=self.model_name, ls_model_type="chat")
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
         return self
 
     def _next(self, messages: list[BaseMessage]) -> AIMessage:
+        """The reply to one request (subclasses answer differently)."""
         self.requests.append(list(messages))
         if self.context_window is not None:
             size = self._token_counter.count_request(messages)
             if size > self.context_window:
                 raise ContextOverflowError(f"request of {size} tokens exceeds the context window")
+        if callable(self.script):
+            return self.script(messages)
         step = self.script.pop(0) if self.script else AIMessage(content="done")
         if isinstance(step, BaseException):
             raise step
         if callable(step):
             step = step(messages)
+        assert isinstance(step, AIMessage), f"a script step must give an AIMessage, not {step!r}"
         return step
+
+    def _reply(self, messages: list[BaseMessage]) -> AIMessage:
+        if self.gate is not None:
+            assert self.gate.wait(timeout=30), "the test never opened the gate"
+        return self._next(messages)
+
+    def _final_metadata(self) -> dict[str, Any]:
+        return {
+            "usage_metadata": dict(REPORTED_USAGE) if self.report_usage else None,
+            "response_metadata": {"model_name": self.model_name},
+        }
 
     def _generate(
         self,
@@ -57,7 +103,15 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        message = self._next(messages)
+        self.calls.append("generate")
+        reply = self._reply(messages)
+        metadata = self._final_metadata()
+        message = reply.model_copy(
+            update={
+                "usage_metadata": metadata["usage_metadata"],
+                "response_metadata": {**reply.response_metadata, **metadata["response_metadata"]},
+            }
+        )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _stream(
@@ -67,28 +121,24 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        message = self._next(messages)
-        text = message.content if isinstance(message.content, str) else ""
-        pieces = [text[i : i + self.chunk_chars] for i in range(0, len(text), self.chunk_chars)] or [""]
-        for index, piece in enumerate(pieces):
-            last = index == len(pieces) - 1
-            chunk = AIMessageChunk(
-                content=piece,
-                id=message.id,
-                tool_call_chunks=[
-                    {
-                        "name": c["name"],
-                        "args": __import__("json").dumps(c["args"]),
-                        "id": c["id"],
-                        "index": i,
-                    }
-                    for i, c in enumerate(message.tool_calls)
-                ]
-                if last
-                else [],
-            )
-            if run_manager:
-                run_manager.on_llm_new_token(piece, chunk=ChatGenerationChunk(message=chunk))
+        self.calls.append("stream")
+        reply = self._reply(messages)
+        text = reply.text
+        chunks = [
+            AIMessageChunk(content=text[start : start + self.chunk_chars], id=reply.id)
+            for start in range(0, len(text), self.chunk_chars)
+        ]
+        if reply.tool_calls:
+            tool_calls = [
+                tool_call_chunk(name=call["name"], args=json.dumps(call["args"]), id=call["id"], index=index)
+                for index, call in enumerate(reply.tool_calls)
+            ]
+            chunks.append(AIMessageChunk(content="", id=reply.id, tool_call_chunks=tool_calls))
+        chunks.append(
+            AIMessageChunk(content="", id=reply.id, chunk_position="last", **self._final_metadata())
+        )
+        # `BaseChatModel.stream` reports each chunk to the callbacks itself.
+        for chunk in chunks:
             yield ChatGenerationChunk(message=chunk)
 
 

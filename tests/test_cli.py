@@ -19,10 +19,10 @@ from typer.testing import CliRunner
 
 from ctxpress.app.cli import app
 from ctxpress.app.server.settings import Settings
+from ctxpress.app.testing.ports import free_port
 from ctxpress.tools.traces import iter_conversations
 from tests.conftest import IN_CI, REPO_ROOT, require_shared_data
 from tests.server.conftest import SettingsFactory, backend, database_url, make_settings, postgres_database
-from tests.server.helpers import free_port
 
 #: The service tests' fixtures (both databases), used here by name.
 SERVICE_FIXTURES = (backend, database_url, make_settings, postgres_database)

@@ -26,6 +26,8 @@ from ctxpress.app.server.repositories.messages import MessageRepository
 from ctxpress.app.server.repositories.runs import RunRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.settings import Settings
+from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
+from ctxpress.app.testing.live_server import LiveServer
 from tests.conftest import require_shared_data
 from tests.server.conftest import (
     ServerFactory,
@@ -36,7 +38,6 @@ from tests.server.conftest import (
     postgres_database,
     start_server,
 )
-from tests.server.helpers import LiveServer, create_conversation, read_events, send, wait_for_status
 
 #: The service tests' fixtures (both databases, a live server), used here by name.
 SERVICE_FIXTURES = (backend, database_url, make_settings, postgres_database, start_server)

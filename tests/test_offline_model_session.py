@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from ctxpress.app.cli import app
 from ctxpress.app.models import BUILTIN_LABEL
+from ctxpress.app.testing.api import SseEvent, create_conversation, read_events, send
 from tests.conftest import require_shared_data
 from tests.server.conftest import (
     ServerFactory,
@@ -26,7 +27,6 @@ from tests.server.conftest import (
     postgres_database,
     start_server,
 )
-from tests.server.helpers import SseEvent, create_conversation, read_events, send
 
 #: The service tests' fixtures (both databases, a live server), used here by name.
 SERVICE_FIXTURES = (backend, database_url, make_settings, postgres_database, start_server)

@@ -7,7 +7,6 @@ import inspect
 import json
 import re
 import statistics
-import sys
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -18,6 +17,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from ctxpress.app.testing import real_tokenizers
+from ctxpress.app.testing import token_samples as samples
 from ctxpress.tokens import (
     FEATURE_NAMES,
     MEDIA_BLOCK_TOKENS,
@@ -34,10 +35,6 @@ from ctxpress.tokens.messages import MESSAGE_OVERHEAD_TOKENS, tool_call_key
 from ctxpress.tokens.profile_weights import PROFILE_WEIGHTS
 from ctxpress.tokens.tool_schemas import TOOL_SCHEMA_OVERHEAD_TOKENS
 from tests.conftest import require_shared_data
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import real_tokenizers
-import samples
 
 # A fixed slice of the eval half (the half the weights were not fitted on): the first samples of each
 # text type. A bound on accuracy, not on timing, so that a regression fails CI.

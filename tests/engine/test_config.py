@@ -6,11 +6,17 @@ import json
 import math
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage
 from pydantic import ValidationError
 
+from ctxpress import ContextCompressionMiddleware, LocalWorkdir
 from ctxpress.config import DEFAULT_SUMMARY_PROMPT, CompressionConfig
+from ctxpress.tokens import count_request_tokens
+from tests.fakes import ScriptedChatModel
 
 FIELDS = ("summary_threshold", "summary_keep_messages", "summary_prompt", "summary_tool_result_token_limit")
 
@@ -40,12 +46,27 @@ def test_s23_threshold_tokens_is_summary_threshold_times_1024(k: float) -> None:
     assert isinstance(config.threshold_tokens, int)
 
 
-def test_s23_default_threshold_is_102400_tokens() -> None:
-    assert CompressionConfig().threshold_tokens == 100 * 1024
+def _compression_events(config: CompressionConfig, text: str, root: Path) -> list[dict[str, Any]]:
+    """The compression events of one turn whose user message is `text` (a real agent graph)."""
+    middleware = ContextCompressionMiddleware(
+        config, workdir=LocalWorkdir(root), summary_model=ScriptedChatModel()
+    )
+    agent = create_agent(ScriptedChatModel(), [], middleware=[middleware])
+    return [
+        payload
+        for payload in agent.stream({"messages": [HumanMessage(text)]}, stream_mode="custom")
+        if payload.get("type") == "context_compression"
+    ]
 
 
-def test_s23_lower_threshold_enters_compression_earlier() -> None:
-    assert CompressionConfig(summary_threshold=32).threshold_tokens < CompressionConfig().threshold_tokens
+def test_s23_lower_threshold_enters_compression_earlier(tmp_path: Path) -> None:
+    """A request between 32 K and the default 100 K tokens: compressed at 32, not at the default."""
+    text = "The quarterly revenue grew 12% year over year. " * 5000
+    size = count_request_tokens([HumanMessage(text)])
+    assert 32 * 1024 < size < 100 * 1024, size  # the premise
+    assert _compression_events(CompressionConfig(), text, tmp_path / "default") == []
+    lower = _compression_events(CompressionConfig(summary_threshold=32), text, tmp_path / "lower")
+    assert [(e["status"], e["threshold"]) for e in lower[:1]] == [("started", 32 * 1024)]
 
 
 def test_config_is_immutable() -> None:

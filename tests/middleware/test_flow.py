@@ -152,8 +152,10 @@ def test_s14_s15_entering_summary(workdir: LocalWorkdir, checkpointer: Any) -> N
     assert is_summary_message(last[1]) and "摘要：用户在查询北京景点。" in last[1].content
     assert_provider_valid(last[1:])
     assert last[0].content.startswith("你是一个知识库助手")
+    # The announced summary is the one in the state: same history file, same cutoff.
     l2 = [e for e in all_events if e["status"] == "completed" and e["level"] == "l2"]
-    assert (l2 and l2[0]["file_path"] == event["file_path"]) or l2[0]["cutoff_index"] <= cutoff
+    assert l2, "no completed L2 event was announced"
+    assert (l2[-1]["file_path"], l2[-1]["cutoff_index"]) == (event["file_path"], cutoff)
     # The summary request carried the summarised messages through the prompt.
     summary_prompt = summary_model.requests[0][0].content
     assert "对话记录" in summary_prompt and "query_kb" in summary_prompt
@@ -246,19 +248,29 @@ def test_s6_overflow_below_threshold_forces_summary(workdir: LocalWorkdir, check
 
 def test_s6_overflow_above_threshold_after_l1(workdir: LocalWorkdir, checkpointer: Any) -> None:
     # L1 alone brings the request under the threshold, but the model's real window is smaller.
-    model = ScriptedChatModel(script=kb_script(2), context_window=700)
+    window = 350
+    config = CompressionConfig(summary_threshold=4, summary_keep_messages=2)
+    model = ScriptedChatModel(script=kb_script(2), context_window=window)
     summary_model = ScriptedChatModel(script=[AIMessage(content="摘要")] * 5)
-    middleware = ContextCompressionMiddleware(
-        CompressionConfig(summary_threshold=4, summary_keep_messages=2),
-        workdir=workdir,
-        summary_model=summary_model,
-    )
+    middleware = ContextCompressionMiddleware(config, workdir=workdir, summary_model=summary_model)
     agent = build_agent(model, middleware, checkpointer)
     events = run_turn(agent, "北京有哪些景点？")
+    sizes = [count_request_tokens(r) for r in model.requests]
+    # The premise: the L1 view was under the threshold and still overflowed the window.
+    assert any(window < size < config.threshold_tokens for size in sizes), sizes
+    assert sizes[-1] <= window
     statuses = [e["status"] for e in events]
     assert statuses.count("started") == statuses.count("completed") + statuses.count("failed")
-    assert count_request_tokens(model.requests[-1]) <= 700
-    assert isinstance(state_of(agent)["messages"][-1], AIMessage)
+    # The overflow forced a summary (and trimmed the kept tool result), announced as such.
+    completed = [e for e in events if e["status"] == "completed"]
+    assert [(e["level"], e.get("reason")) for e in completed] == [("l2", "context_overflow")]
+    assert completed[0]["trimmed_tool_results"] == 1
+    assert len(summary_model.requests) == 1
+    state = state_of(agent)
+    assert workdir.exists(state["_summarization_event"]["file_path"])
+    kept_results = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+    assert kept_results and all(m.content.startswith(OFFLOAD_MARKER) for m in kept_results)
+    assert isinstance(state["messages"][-1], AIMessage)
 
 
 def test_s30_overflow_tail_trimming_updates_state_with_same_ids(

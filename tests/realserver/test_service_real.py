@@ -24,6 +24,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from ctxpress.app.server.runtime.usage_recording import UsageCollector
+from ctxpress.app.testing.api import SseEvent, create_conversation, read_events, send
 from ctxpress.summary.summarizer import summary_call_config
 from tests.realserver.clients import MAX_TOKENS, chat_model
 from tests.realserver.conftest import (
@@ -35,7 +36,6 @@ from tests.realserver.conftest import (
     started_tasks,
     token_counters,
 )
-from tests.server.helpers import SseEvent, create_conversation, read_events, send
 
 SERVE_START_TIMEOUT_S = 60.0
 STORY_TURNS = [

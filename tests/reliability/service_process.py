@@ -41,7 +41,8 @@ from ctxpress.app.server.app import create_app
 from ctxpress.app.server.settings import Settings
 from ctxpress.summary.event import is_summary_message
 from ctxpress.workdir import LocalWorkdir
-from tests.server.fakes import ScriptedChatModel, new_call_id, report_text, report_tool_script
+from tests.fakes import ScriptedChatModel
+from tests.server.fakes import new_call_id, report_text, report_tool_script
 
 from .support import COMPRESSION
 

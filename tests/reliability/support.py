@@ -15,13 +15,15 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, message
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.settings import Settings
+from ctxpress.app.testing.api import SseEvent, read_events, send
+from ctxpress.app.testing.records import query_sql
 from ctxpress.compaction.content import content_text
 from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.config import CompressionConfig
 from ctxpress.middleware import DEFAULT_SUMMARY_TIMEOUT_S
+from tests.fakes import ScriptedChatModel
 from tests.middleware.conftest import assert_provider_valid
-from tests.server.fakes import ScriptedChatModel, fetch_report, report_text, report_tool_script
-from tests.server.helpers import SseEvent, query_sql, read_events, send
+from tests.server.fakes import fetch_report, report_text, report_tool_script
 
 from .faults import workdir_problems
 

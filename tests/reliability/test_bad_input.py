@@ -35,7 +35,7 @@ from ctxpress.manual import ManualCompressionError, compress_now
 from ctxpress.summary.recovery import recover_messages
 from ctxpress.tokens import count_request_tokens, estimate_tokens
 from ctxpress.workdir import read_text
-from tests.fakes import ScriptedChatModel as EngineModel
+from tests.fakes import ScriptedChatModel
 from tests.server.fakes import new_call_id
 
 from .faults import HISTORY_DIR, LARGE_DIR, workdir_problems
@@ -200,7 +200,7 @@ async def test_s28_manual_compression_refuses_a_planted_history_symlink(tmp_path
             None,
             config=ENGINE_CONFIG,
             workdir=workdir,
-            summary_model=EngineModel(script=[AIMessage("摘要")]),
+            summary_model=ScriptedChatModel(script=[AIMessage("摘要")]),
         )
     assert failure.value.part == "history" and str(tmp_path) not in str(failure.value)
     assert list(outside.iterdir()) == []
@@ -231,9 +231,9 @@ def _engine_agent(
             AIMessage(f"回答{index}"),
         ]
     thread = {"configurable": {"thread_id": f"bad-input-{name}"}}
-    summary = EngineModel(script=[AIMessage(f"摘要{i}") for i in range(10)])
+    summary = ScriptedChatModel(script=[AIMessage(f"摘要{i}") for i in range(10)])
     middleware = ContextCompressionMiddleware(ENGINE_CONFIG, workdir=workdir, summary_model=summary)
-    model = EngineModel(script=script)
+    model = ScriptedChatModel(script=script)
     agent = create_agent(model, [lookup], middleware=[middleware], checkpointer=InMemorySaver())
     agent.model_for_tests = model  # type: ignore[attr-defined]
     agent.summary_for_tests = summary  # type: ignore[attr-defined]
@@ -364,7 +364,7 @@ async def test_s23_prompt_with_literal_braces_reaches_the_summary_model_unchange
         + "\n"
     )
     assert parse_agents(document)[0].compression.summary_prompt == prompt
-    summary_model = EngineModel(script=[AIMessage("摘要")])
+    summary_model = ScriptedChatModel(script=[AIMessage("摘要")])
     messages: list[BaseMessage] = [
         HumanMessage("你好", id="h0"),
         AIMessage("你好！", id="a0"),

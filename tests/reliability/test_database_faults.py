@@ -17,8 +17,9 @@ import psycopg
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage
 
-from tests.server.fakes import ScriptedChatModel, report_tool_script
-from tests.server.helpers import send, wait_for_status
+from ctxpress.app.testing.api import send, wait_for_status
+from tests.fakes import ScriptedChatModel
+from tests.server.fakes import report_tool_script
 
 from .support import (
     TOPICS,

@@ -21,10 +21,11 @@ from typing import Any
 import httpx
 import pytest
 
+from ctxpress.app.testing.processes import ServiceProcess, create_user
 from ctxpress.config import CompressionConfig
 
 from .faults import FAULT_FORMS, FAULT_KINDS, FILLER_NAME, HISTORY_DIR, LARGE_DIR, FaultKind, workdir_problems
-from .processes import ServiceProcess, create_user
+from .processes import scripted_service
 from .support import (
     TOPICS,
     assert_checkpoint_consistent,
@@ -117,7 +118,7 @@ def test_another_users_compress_and_context_answer_404(start_server: Any) -> Non
 def service(make_settings: Any, tmp_path: Path) -> Iterator[ServiceProcess]:
     control = tmp_path / "control"
     control.mkdir()
-    process = ServiceProcess(make_settings(), control, tmp_path / "service.log")
+    process = scripted_service(make_settings(), control, tmp_path / "service.log")
     yield process
     process.stop()
 

@@ -24,9 +24,8 @@ from ctxpress.middleware import DEFAULT_SUMMARY_TIMEOUT_S
 from ctxpress.summary.event import is_summary_message
 from ctxpress.summary.summarizer import summary_output_budget
 from ctxpress.tokens import count_request_tokens, estimate_tokens
-from tests.fakes import ScriptedChatModel as EngineModel
-from tests.fakes import tool_call
-from tests.server.fakes import ScriptedChatModel, report_text, report_tool_script
+from tests.fakes import ScriptedChatModel
+from tests.server.fakes import report_text, report_tool_script
 
 from .faults import workdir_problems
 from .support import (
@@ -154,7 +153,7 @@ def test_summary_timeout_also_holds_on_the_sync_path(tmp_path: Any) -> None:
         summary_timeout=SUMMARY_TIMEOUT_S,
     )
     agent = create_agent(
-        EngineModel(script=script), [], middleware=[middleware], checkpointer=InMemorySaver()
+        ScriptedChatModel(script=script), [], middleware=[middleware], checkpointer=InMemorySaver()
     )
     config = {"configurable": {"thread_id": "sync-timeout"}}
     outcome: dict[str, Any] = {}
@@ -304,11 +303,3 @@ def test_s6_overflow_on_every_attempt_fails_the_run_with_a_reason(start_server: 
     model.always = 0
     assert turn(client, conversation_id, TOPICS[2]).status == "succeeded"
     assert_sql_record_complete(settings, conversation_id, TOPICS[:3])
-
-
-def test_tool_call_helper_is_provider_shaped() -> None:
-    """The engine fakes build provider-valid calls (guards the fixtures the other tests rely on)."""
-    call = tool_call("fetch", {"topic": "x"}, "c1")
-    assert_provider_valid([call, ToolMessage("r", tool_call_id="c1")])
-    with pytest.raises(AssertionError):
-        assert_provider_valid([ToolMessage("r", tool_call_id="c1")])

@@ -22,9 +22,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server.helpers import read_events, wait_for_status
+from ctxpress.app.testing.api import read_events, wait_for_status
+from ctxpress.app.testing.processes import ServiceProcess, create_user
 
-from .processes import ServiceProcess, create_user
+from .processes import scripted_service
 from .support import (
     assert_checkpoint_consistent,
     assert_history_chain,
@@ -58,7 +59,9 @@ def two_processes(
     for label in "ab":
         control = tmp_path / f"control-{label}"
         control.mkdir()
-        processes.append(ServiceProcess(settings, control, tmp_path / f"service-{label}.log", extra_env=env))
+        processes.append(
+            scripted_service(settings, control, tmp_path / f"service-{label}.log", extra_env=env)
+        )
     yield processes[0], processes[1], trace
     for process in processes:
         process.stop()

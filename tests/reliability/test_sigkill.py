@@ -23,11 +23,12 @@ from langchain_core.messages import ToolMessage
 
 from ctxpress.app.server.runtime.execution import UNANSWERED_TOOL_CALL
 from ctxpress.app.server.runtime.worker import LEASE_EXPIRED_ERROR
+from ctxpress.app.testing.api import send, wait_for_status
+from ctxpress.app.testing.processes import ServiceProcess, create_user
 from tests.server.fakes import report_text
-from tests.server.helpers import send, wait_for_status
 
 from .faults import HISTORY_DIR, TEMP_PREFIX, workdir_problems
-from .processes import LEASE_SECONDS, ServiceProcess, create_user
+from .processes import LEASE_SECONDS, scripted_service
 from .support import (
     TOPICS,
     assert_checkpoint_consistent,
@@ -44,7 +45,7 @@ from .support import (
 def service(make_settings: Any, tmp_path: Path) -> Iterator[ServiceProcess]:
     control = tmp_path / "control"
     control.mkdir()
-    process = ServiceProcess(make_settings(), control, tmp_path / "service.log")
+    process = scripted_service(make_settings(), control, tmp_path / "service.log")
     yield process
     process.stop()
 

@@ -22,8 +22,8 @@ from ctxpress.app.server.app import create_app
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.runtime.container import open_database
 from ctxpress.app.server.settings import Settings
-
-from .helpers import LiveServer, PostgresUnavailableError, scratch_postgres_database
+from ctxpress.app.testing.live_server import LiveServer
+from ctxpress.app.testing.postgres import PostgresUnavailableError, scratch_postgres_database
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 

@@ -8,10 +8,12 @@ import logging
 import pytest
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
+from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
+from ctxpress.app.testing.records import query_sql
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
-from .fakes import ScriptedChatModel, ask_script
-from .helpers import create_conversation, query_sql, read_events, send, wait_for_status
+from .fakes import ask_script
 
 
 def agent() -> AgentDefinition:

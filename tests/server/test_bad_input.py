@@ -7,10 +7,12 @@ from collections.abc import Iterator
 import httpx
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
+from ctxpress.app.testing.api import create_conversation
+from ctxpress.app.testing.records import query_sql
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
-from .fakes import ScriptedChatModel, echo_script
-from .helpers import create_conversation, query_sql
+from .fakes import echo_script
 
 MAX_BODY = 4096
 

@@ -29,9 +29,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.runtime import locks
 from ctxpress.app.server.runtime.locks import LockedConversation
+from ctxpress.app.testing.api import create_conversation, wait_for_status
 
 from .conftest import ServerFactory
-from .helpers import create_conversation, wait_for_status
 from .test_compress import HISTORY_DIR, TURNS, Chat, Summarizer, agent_state, history_files, kb_agent, talk
 
 REQUESTS = 50

@@ -6,18 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
+from ctxpress.app.testing.api import SseEvent, create_conversation, read_events, send
+from ctxpress.app.testing.records import query_sql
 from ctxpress.config import CompressionConfig
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
-from .fakes import (
-    SUMMARY_TOKEN,
-    ScriptedChatModel,
-    fetch_report,
-    report_text,
-    report_tool_script,
-    summary_script,
-)
-from .helpers import SseEvent, create_conversation, query_sql, read_events, send
+from .fakes import SUMMARY_TOKEN, fetch_report, report_text, report_tool_script, summary_script
 
 TOPICS = ["季度营收", "客户名单", "合同条款", "风险评估", "交付计划"]
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.runtime.execution import UNANSWERED_TOOL_CALL
+from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
+from ctxpress.app.testing.records import query_sql
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
-from .fakes import ScriptedChatModel, ask_script
-from .helpers import create_conversation, query_sql, read_events, send, wait_for_status
+from .fakes import ask_script
 
 
 def asking_agent() -> AgentDefinition:

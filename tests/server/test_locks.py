@@ -11,8 +11,7 @@ from ctxpress.app.server.db.models import RUN_QUEUED, RUN_RUNNING, RUN_WAITING_I
 from ctxpress.app.server.errors import NotFoundError
 from ctxpress.app.server.repositories.runs import BusyState, RunRepository
 from ctxpress.app.server.runtime.locks import conversation_lock, try_conversation_lock
-
-from .helpers import add_conversation
+from ctxpress.app.testing.records import add_conversation
 
 HOLD_SECONDS = 0.3
 

@@ -14,8 +14,7 @@ from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.migrate import alembic_config, upgrade_database
 from ctxpress.app.server.db.models import Base
 from ctxpress.app.server.repositories import MessageRepository
-
-from .helpers import add_conversation
+from ctxpress.app.testing.records import add_conversation
 
 
 async def test_schema_matches_the_models_and_upgrades_are_idempotent(database: Database) -> None:

@@ -8,10 +8,12 @@ import pytest
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.app import create_app
+from ctxpress.app.testing.api import create_conversation, send, wait_for_status
+from ctxpress.app.testing.live_server import LiveServer
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory, SettingsFactory
-from .fakes import ScriptedChatModel, echo_script
-from .helpers import LiveServer, create_conversation, send, wait_for_status
+from .fakes import echo_script
 
 
 def gated_agent(gate: threading.Event) -> AgentDefinition:

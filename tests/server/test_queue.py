@@ -5,10 +5,12 @@ from __future__ import annotations
 import threading
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
+from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
+from ctxpress.app.testing.records import query_sql
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
-from .fakes import ScriptedChatModel, echo_script
-from .helpers import create_conversation, query_sql, read_events, send, wait_for_status
+from .fakes import echo_script
 
 
 def gated_agent(gate: threading.Event) -> AgentDefinition:

@@ -12,10 +12,11 @@ from ctxpress.app.server.repositories.runs import RunRepository
 from ctxpress.app.server.runtime.container import open_database
 from ctxpress.app.server.runtime.locks import conversation_lock
 from ctxpress.app.server.runtime.worker import LEASE_EXPIRED_ERROR
+from ctxpress.app.testing.api import create_conversation, read_events, wait_for_status
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory, SettingsFactory
-from .fakes import ScriptedChatModel, echo_script
-from .helpers import create_conversation, read_events, wait_for_status
+from .fakes import echo_script
 
 
 def echo_agent(gate: threading.Event | None = None) -> AgentDefinition:

@@ -9,10 +9,11 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, BaseMessage
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
+from ctxpress.app.testing.api import SseEvent, create_conversation, read_events, send, wait_for_status
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
-from .fakes import ScriptedChatModel, echo_script
-from .helpers import SseEvent, create_conversation, read_events, send, wait_for_status
+from .fakes import echo_script
 
 
 def echo_agent(gate: threading.Event | None = None) -> AgentDefinition:

@@ -11,10 +11,12 @@ from langchain_core.tools import BaseTool, tool
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.runtime.tools import workdir_tools
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
+from ctxpress.app.testing.api import create_conversation, read_events, send
+from ctxpress.app.testing.records import query_sql
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory, SettingsFactory
-from .fakes import ScriptedChatModel, new_call_id
-from .helpers import create_conversation, query_sql, read_events, send
+from .fakes import new_call_id
 
 FINDINGS = "outputs/research/findings.md"
 

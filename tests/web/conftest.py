@@ -21,8 +21,8 @@ from playwright.sync_api import expect
 
 from ctxpress.app.server.app import create_app
 from ctxpress.app.server.settings import Settings
+from ctxpress.app.testing.live_server import LiveServer
 from tests.conftest import require_shared_data
-from tests.server.helpers import LiveServer
 
 from .support import (
     ARTIFACTS,

@@ -128,12 +128,6 @@ class KnowledgeBase:
             self._store_documents(batch, origin, report)
         return report
 
-    def add_documents(self, documents: Sequence[SourceDocument], *, origin: Origin = "user") -> IngestReport:
-        self.ensure_ready()
-        report = IngestReport()
-        self._store_documents(documents, origin, report)
-        return report
-
     def _store_documents(
         self, documents: Sequence[SourceDocument], origin: Origin, report: IngestReport
     ) -> None:

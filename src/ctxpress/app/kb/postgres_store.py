@@ -22,9 +22,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from ctxpress.app.kb.chunking import Chunk
-from ctxpress.app.kb.ranking import CandidateChunk, CorpusStats
-from ctxpress.app.kb.store import CANDIDATE_LIMIT, DocumentRecord, KnowledgeBaseError, Origin
+from ctxpress.app.kb.sql_store import Connection, Query, SqlKnowledgeStore
+from ctxpress.app.kb.store import KnowledgeBaseError
 from ctxpress.app.kb.terms import QueryTerms
 
 logger = logging.getLogger(__name__)
@@ -80,8 +79,10 @@ def uses_full_text(term: str) -> bool:
     return tsquery_prefix(term) is not None
 
 
-class PostgresKnowledgeStore:
+class PostgresKnowledgeStore(SqlKnowledgeStore):
     backend = "postgresql"
+    PLACEHOLDER = "%s"
+    NOW = "now()"
 
     def __init__(self, conninfo: str) -> None:
         self.conninfo = conninfo
@@ -132,39 +133,8 @@ class PostgresKnowledgeStore:
                 logger.info("pg_trgm is not available: Chinese knowledge-base terms are matched by scanning")
             self._trigram = trigram_schema is not None
 
-    def get_meta(self, key: str) -> str | None:
-        with self._connect() as connection:
-            row = connection.execute("SELECT value FROM kb_meta WHERE key = %s", (key,)).fetchone()
-        return str(row[0]) if row else None
-
-    def set_meta(self, key: str, value: str) -> None:
-        with self._connect() as connection:
-            connection.execute(
-                "INSERT INTO kb_meta (key, value) VALUES (%s, %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (key, value),
-            )
-
-    def replace_sources(
-        self, sources: Sequence[str], documents: Sequence[DocumentRecord], chunks: Sequence[Chunk]
-    ) -> None:
-        with self._connect() as connection, connection.cursor() as cursor:
-            if sources:
-                cursor.execute("DELETE FROM kb_documents WHERE source = ANY(%s)", (list(sources),))
-            cursor.executemany(
-                "INSERT INTO kb_documents (id, title, source, origin, sha256, chunk_count) "
-                "VALUES (%s, %s, %s, %s, %s, %s)",
-                [(d.id, d.title, d.source, d.origin, d.sha256, d.chunk_count) for d in documents],
-            )
-            cursor.executemany(
-                "INSERT INTO kb_chunks (id, document_id, position, title, source, text, chars) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                [(c.id, c.document_id, c.position, c.title, c.source, c.text, len(c.text)) for c in chunks],
-            )
-
-    def delete_origin(self, origin: Origin) -> int:
-        with self._connect() as connection:
-            return connection.execute("DELETE FROM kb_documents WHERE origin = %s", (origin,)).rowcount
+    def _delete_sources(self, connection: Connection, sources: Sequence[str]) -> None:
+        self._delete_documents(connection, "source = ANY(?)", (list(sources),))
 
     def sources_of(self, document_ids: Sequence[str]) -> dict[str, str]:
         with self._connect() as connection:
@@ -173,38 +143,33 @@ class PostgresKnowledgeStore:
             ).fetchall()
         return {str(row[0]): str(row[1]) for row in rows}
 
-    def documents(self) -> list[DocumentRecord]:
-        with self._connect() as connection:
-            rows = connection.execute(
-                "SELECT id, title, source, origin, sha256, chunk_count FROM kb_documents ORDER BY source, id"
-            ).fetchall()
-        return [DocumentRecord(*row) for row in rows]
-
-    def stats(self) -> CorpusStats:
-        with self._connect() as connection:
-            row = connection.execute("SELECT count(*), avg(chars) FROM kb_chunks").fetchone()
-            documents = connection.execute("SELECT count(*) FROM kb_documents").fetchone()
-        assert row is not None and documents is not None
-        return CorpusStats(int(row[0]), int(documents[0]), float(row[1] or 0.0))
-
-    def candidates(self, terms: QueryTerms, limit: int = CANDIDATE_LIMIT) -> list[CandidateChunk]:
-        found: dict[str, CandidateChunk] = {}
-        with self._connect() as connection:
-            for query, params in _candidate_queries(terms, limit):
-                for row in connection.execute(query, params):
-                    found.setdefault(row[0], CandidateChunk(*row))
-        return list(found.values())
-
-    def document_frequencies(self, terms: QueryTerms) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        with self._connect() as connection:
-            for term in terms.terms:
+    def _candidate_queries(self, terms: QueryTerms, limit: int) -> Iterator[Query]:
+        select = sql.SQL(f"SELECT {_CHUNK_COLUMNS} FROM kb_chunks WHERE ")
+        conditions = [_term_condition(term) for term in terms.terms]
+        if len(conditions) > 1:
+            joined = sql.SQL(" AND ").join(condition for condition, _ in conditions)
+            params = [param for _, term_params in conditions for param in term_params]
+            yield select + joined + sql.SQL(" LIMIT %s"), [*params, limit]
+        words = [prefix for term in terms.terms if uses_full_text(term) and (prefix := tsquery_prefix(term))]
+        if words:
+            query = " | ".join(words)
+            yield (
+                select
+                + sql.SQL(
+                    "search_vector @@ to_tsquery('simple', %s) "
+                    "ORDER BY ts_rank(search_vector, to_tsquery('simple', %s)) DESC, id LIMIT %s"
+                ),
+                [query, query, limit],
+            )
+        for term in terms.terms:
+            if not uses_full_text(term):
                 condition, params = _term_condition(term)
-                row = connection.execute(
-                    sql.SQL("SELECT count(*) FROM kb_chunks WHERE {}").format(condition), params
-                ).fetchone()
-                counts[term] = int(row[0]) if row else 0
-        return counts
+                yield select + condition + sql.SQL(" LIMIT %s"), [*params, limit]
+
+    def _frequency_queries(self, terms: QueryTerms) -> Iterator[tuple[str, Query]]:
+        for term in terms.terms:
+            condition, params = _term_condition(term)
+            yield term, (sql.SQL("SELECT count(*) FROM kb_chunks WHERE {}").format(condition), params)
 
 
 def _term_condition(term: str) -> tuple[sql.SQL, list[object]]:
@@ -214,30 +179,6 @@ def _term_condition(term: str) -> tuple[sql.SQL, list[object]]:
     if term.lower() == term.upper():  # no letter case (Chinese): LIKE, much cheaper than ILIKE
         return sql.SQL("search_text LIKE %s"), [ilike_pattern(term)]
     return sql.SQL("search_text ILIKE %s"), [ilike_pattern(term)]
-
-
-def _candidate_queries(terms: QueryTerms, limit: int) -> Iterator[tuple[sql.Composed, list[object]]]:
-    select = sql.SQL(f"SELECT {_CHUNK_COLUMNS} FROM kb_chunks WHERE ")
-    conditions = [_term_condition(term) for term in terms.terms]
-    if len(conditions) > 1:
-        joined = sql.SQL(" AND ").join(condition for condition, _ in conditions)
-        params = [param for _, term_params in conditions for param in term_params]
-        yield select + joined + sql.SQL(" LIMIT %s"), [*params, limit]
-    words = [prefix for term in terms.terms if uses_full_text(term) and (prefix := tsquery_prefix(term))]
-    if words:
-        query = " | ".join(words)
-        yield (
-            select
-            + sql.SQL(
-                "search_vector @@ to_tsquery('simple', %s) "
-                "ORDER BY ts_rank(search_vector, to_tsquery('simple', %s)) DESC, id LIMIT %s"
-            ),
-            [query, query, limit],
-        )
-    for term in terms.terms:
-        if not uses_full_text(term):
-            condition, params = _term_condition(term)
-            yield select + condition + sql.SQL(" LIMIT %s"), [*params, limit]
 
 
 def _pg_trgm_schema(connection: psycopg.Connection[Any]) -> str | None:

@@ -11,12 +11,10 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 
-from ctxpress.app.kb.chunking import Chunk
-from ctxpress.app.kb.ranking import CandidateChunk, CorpusStats
-from ctxpress.app.kb.store import CANDIDATE_LIMIT, DocumentRecord, KnowledgeBaseError, Origin
+from ctxpress.app.kb.sql_store import Connection, Query, SqlKnowledgeStore
+from ctxpress.app.kb.store import KnowledgeBaseError
 from ctxpress.app.kb.terms import QueryTerms
 
 MIN_SQLITE_VERSION = (3, 34, 0)
@@ -84,8 +82,12 @@ def check_sqlite_support() -> None:
             ) from None
 
 
-class SqliteKnowledgeStore:
+class SqliteKnowledgeStore(SqlKnowledgeStore):
     backend = "sqlite"
+    # The format of `datetime.isoformat(timespec="seconds")` in UTC.
+    NOW = "strftime('%Y-%m-%dT%H:%M:%S+00:00', 'now')"
+    # Take the write lock at once: a reader-turned-writer could fail with SQLITE_BUSY mid-way.
+    BEGIN_WRITE = "BEGIN IMMEDIATE"
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -115,41 +117,17 @@ class SqliteKnowledgeStore:
         with self._connect() as connection:
             connection.executescript(SCHEMA)
 
-    def get_meta(self, key: str) -> str | None:
-        with self._connect() as connection:
-            row = connection.execute("SELECT value FROM kb_meta WHERE key = ?", (key,)).fetchone()
-        return str(row[0]) if row else None
+    def _delete_sources(self, connection: Connection, sources: Sequence[str]) -> None:
+        for source in sources:
+            self._delete_documents(connection, "source = ?", (source,))
 
-    def set_meta(self, key: str, value: str) -> None:
-        with self._connect() as connection:
-            connection.execute(
-                "INSERT INTO kb_meta (key, value) VALUES (?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (key, value),
-            )
-
-    def replace_sources(
-        self, sources: Sequence[str], documents: Sequence[DocumentRecord], chunks: Sequence[Chunk]
-    ) -> None:
-        now = datetime.now(UTC).isoformat(timespec="seconds")
-        with self._connect() as connection:
-            connection.execute("BEGIN IMMEDIATE")
-            for source in sources:
-                _delete_where(connection, "source = ?", (source,))
-            connection.executemany(
-                "INSERT INTO kb_documents (id, title, source, origin, sha256, chunk_count, added_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(d.id, d.title, d.source, d.origin, d.sha256, d.chunk_count, now) for d in documents],
-            )
-            connection.executemany(
-                "INSERT INTO kb_chunks (id, document_id, position, title, source, text, chars) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(c.id, c.document_id, c.position, c.title, c.source, c.text, len(c.text)) for c in chunks],
-            )
-
-    def delete_origin(self, origin: Origin) -> int:
-        with self._connect() as connection:
-            return _delete_where(connection, "origin = ?", (origin,))
+    def _delete_documents(self, connection: Connection, condition: str, params: Sequence[object]) -> int:
+        # Chunks first (their trigger removes the index rows), then the documents.
+        connection.execute(
+            f"DELETE FROM kb_chunks WHERE document_id IN (SELECT id FROM kb_documents WHERE {condition})",
+            params,
+        )
+        return super()._delete_documents(connection, condition, params)
 
     def sources_of(self, document_ids: Sequence[str]) -> dict[str, str]:
         found: dict[str, str] = {}
@@ -161,30 +139,9 @@ class SqliteKnowledgeStore:
                 found.update({str(row[0]): str(row[1]) for row in rows})
         return found
 
-    def documents(self) -> list[DocumentRecord]:
-        with self._connect() as connection:
-            rows = connection.execute(
-                "SELECT id, title, source, origin, sha256, chunk_count FROM kb_documents ORDER BY source, id"
-            ).fetchall()
-        return [DocumentRecord(*row) for row in rows]
-
-    def stats(self) -> CorpusStats:
-        with self._connect() as connection:
-            chunks, average = connection.execute("SELECT count(*), avg(chars) FROM kb_chunks").fetchone()
-            (documents,) = connection.execute("SELECT count(*) FROM kb_documents").fetchone()
-        return CorpusStats(int(chunks), int(documents), float(average or 0.0))
-
-    def candidates(self, terms: QueryTerms, limit: int = CANDIDATE_LIMIT) -> list[CandidateChunk]:
-        found: dict[str, CandidateChunk] = {}
-        with self._connect() as connection:
-            # Chunks with every term first, then chunks with any long term (best FTS rank first),
-            # then chunks with each short term.
-            for sql, params in self._candidate_queries(terms, limit):
-                for row in connection.execute(sql, params):
-                    found.setdefault(row[0], CandidateChunk(*row))
-        return list(found.values())
-
-    def _candidate_queries(self, terms: QueryTerms, limit: int) -> Iterator[tuple[str, list[object]]]:
+    def _candidate_queries(self, terms: QueryTerms, limit: int) -> Iterator[Query]:
+        # Chunks with every term first, then chunks with any long term (best FTS rank first),
+        # then chunks with each short term.
         base = f"SELECT {_CHUNK_COLUMNS} FROM kb_chunks_fts f JOIN kb_chunks c ON c.rowid = f.rowid"
         conditions, params = _all_terms_condition(terms)
         if conditions and len(terms.terms) > 1:
@@ -195,16 +152,15 @@ class SqliteKnowledgeStore:
         for term in terms.short:
             yield f"{base} WHERE f.search_text LIKE ? ESCAPE '\\' LIMIT ?", [like_pattern(term), limit]
 
-    def document_frequencies(self, terms: QueryTerms) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        with self._connect() as connection:
-            for term in terms.indexed:
-                sql = "SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?"
-                counts[term] = int(connection.execute(sql, (fts_phrase(term),)).fetchone()[0])
-            for term in terms.short:
-                sql = "SELECT count(*) FROM kb_chunks_fts WHERE search_text LIKE ? ESCAPE '\\'"
-                counts[term] = int(connection.execute(sql, (like_pattern(term),)).fetchone()[0])
-        return counts
+    def _frequency_queries(self, terms: QueryTerms) -> Iterator[tuple[str, Query]]:
+        for term in terms.indexed:
+            yield (
+                term,
+                ("SELECT count(*) FROM kb_chunks_fts WHERE kb_chunks_fts MATCH ?", (fts_phrase(term),)),
+            )
+        for term in terms.short:
+            sql = "SELECT count(*) FROM kb_chunks_fts WHERE search_text LIKE ? ESCAPE '\\'"
+            yield term, (sql, (like_pattern(term),))
 
 
 def _all_terms_condition(terms: QueryTerms) -> tuple[str, list[object]]:
@@ -217,11 +173,3 @@ def _all_terms_condition(terms: QueryTerms) -> tuple[str, list[object]]:
         conditions.append("f.search_text LIKE ? ESCAPE '\\'")
         params.append(like_pattern(term))
     return " AND ".join(conditions), params
-
-
-def _delete_where(connection: sqlite3.Connection, condition: str, params: tuple[object, ...]) -> int:
-    # Chunks first (their trigger removes the index rows), then the documents.
-    connection.execute(
-        f"DELETE FROM kb_chunks WHERE document_id IN (SELECT id FROM kb_documents WHERE {condition})", params
-    )
-    return connection.execute(f"DELETE FROM kb_documents WHERE {condition}", params).rowcount

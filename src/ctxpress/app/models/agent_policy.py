@@ -25,7 +25,7 @@ from langchain_core.messages.tool import ToolCall
 from ctxpress.app.kb.terms import QueryTerms, query_terms
 from ctxpress.app.models.extractive import RetrievalView, bounded, matching_sentences, read_retrieval
 from ctxpress.app.models.intents import Intent, clean_query, parse_intent
-from ctxpress.app.models.language import Language, detect_language, say
+from ctxpress.app.models.language import Language, detect_language, list_separator, say
 from ctxpress.app.models.reply import BUILTIN_LABEL, BuiltinReply
 from ctxpress.compaction.content import content_text
 from ctxpress.compaction.markers import parse_offload_reference
@@ -326,8 +326,7 @@ def _abilities(tools: Sequence[str], language: Language) -> str:
         keys.append("ability_note")
     if not keys:
         return say(language, "none")
-    separator = "；" if language == "zh" else "; "
-    return separator.join(say(language, key) for key in keys)
+    return list_separator(language).join(say(language, key) for key in keys)
 
 
 def _tool_command(

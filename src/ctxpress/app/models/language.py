@@ -109,4 +109,5 @@ def say(language: Language, key: str, **values: object) -> str:
 
 
 def list_separator(language: Language) -> str:
+    """Between the items of an inline list: the ideographic semicolon in Chinese."""
     return "；" if language == "zh" else "; "

@@ -1,8 +1,8 @@
 """Real text samples per text type, and a real long thread, for measuring the token estimator (S12).
 
 Everything here is text written by other people: the traces and knowledge-base documents in the
-shared data folder (``$CTXPRESS_SHARED_DATA``, else ``<repo>/../shared/data``), the Chinese and
-English specs beside it, and source files of installed packages. Nothing is made up; samples are
+shared data folder (the ``data_dir`` every loader takes), the Chinese and English specs beside it,
+and source files of installed packages. Nothing is made up; samples are
 only cut, grouped, or serialised the way an agent would see them.
 
 A sample is one natural unit (a document, a group of records, a few conversation turns, a source
@@ -11,8 +11,8 @@ at most ``MAX_SAMPLE_CHARS`` (longer units are cut at a line break). That is the
 message or tool result, where the relative error of a per-character estimate is the largest
 (a whole request averages the errors out).
 
-Samples alternate between a *fit* half (used by ``fit_token_profiles.py`` to choose the profile
-coefficients) and an *eval* half (used by ``token_estimate.py`` and the tests to report errors), so
+Samples alternate between a *fit* half (used by ``bench/fit_token_profiles.py`` to choose the profile
+coefficients) and an *eval* half (used by ``bench/token_estimate.py`` and the tests to report errors), so
 the reported figures are measured on text the coefficients never saw.
 """
 
@@ -28,8 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 TEXT_TYPES: tuple[str, ...] = (
     "english_prose",
@@ -57,22 +55,6 @@ class TextSample:
     text_type: str
     source: str  # where it came from, relative to the shared data folder or a package
     text: str
-
-
-def shared_data_dir() -> Path | None:
-    """The shared data folder: $CTXPRESS_SHARED_DATA, else ../shared/data beside the checkout."""
-    configured = os.environ.get("CTXPRESS_SHARED_DATA")
-    candidate = Path(configured) if configured else REPO_ROOT.parent / "shared" / "data"
-    return candidate if candidate.is_dir() else None
-
-
-def require_data_dir() -> Path:
-    found = shared_data_dir()
-    if found is None:
-        raise SystemExit(
-            "shared data not found: set CTXPRESS_SHARED_DATA to the folder holding traces/ and kb/"
-        )
-    return found
 
 
 def _spec_dir(data_dir: Path) -> Path:

@@ -1,0 +1,65 @@
+"""Small calls of the service's HTTP API, and reading a run's SSE stream."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    id: int
+    type: str
+    data: dict[str, Any]
+
+
+def read_events(
+    client: httpx.Client, run_id: str, *, last_event_id: int | None = None, timeout: float = 60
+) -> list[SseEvent]:
+    """Read a run's SSE stream until the server ends it (run finished or waiting for input)."""
+    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
+    received: list[SseEvent] = []
+    with client.stream("GET", f"/api/runs/{run_id}/events", headers=headers, timeout=timeout) as response:
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        fields: dict[str, str] = {}
+        for line in response.iter_lines():
+            if line == "":
+                if "event" in fields:
+                    received.append(SseEvent(int(fields["id"]), fields["event"], json.loads(fields["data"])))
+                fields = {}
+            elif not line.startswith(":"):
+                name, _, value = line.partition(":")
+                fields[name] = value[1:] if value.startswith(" ") else value
+    return received
+
+
+def wait_for_status(
+    client: httpx.Client, run_id: str, statuses: set[str], timeout: float = 30
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        run: dict[str, Any] = client.get(f"/api/runs/{run_id}").json()
+        if run["status"] in statuses:
+            return run
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run_id} stayed {run['status']} (wanted {statuses})")
+        time.sleep(0.05)
+
+
+def create_conversation(client: httpx.Client, agent: str | None = None) -> str:
+    body = {"agent": agent} if agent else {}
+    response = client.post("/api/conversations", json=body)
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+def send(client: httpx.Client, conversation_id: str, text: str) -> dict[str, Any]:
+    response = client.post(f"/api/conversations/{conversation_id}/runs", json={"input": text})
+    assert response.status_code == 202, response.text
+    accepted: dict[str, Any] = response.json()
+    return accepted
