@@ -12,7 +12,8 @@ from typing import Any
 
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.repositories.pressure import PressureRepository
-from ctxpress.app.server.usecases.pressure import RecordedPressure, pressure_from_event
+from ctxpress.app.server.runtime.pressure_recording import pressure_from_event
+from ctxpress.app.server.usecases.pressure import RecordedPressure
 from ctxpress.app.testing.api import create_conversation, read_events, send
 from ctxpress.app.testing.records import add_conversation
 from ctxpress.config import TOKENS_PER_K, CompressionConfig

@@ -10,13 +10,14 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.errors import ErrorCode, ServiceError
+from ctxpress.app.testing.api import create_conversation, read_events, send
 from ctxpress.config import CompressionConfig
 from ctxpress.manual import FailedPart
 from ctxpress.pressure import SUGGEST_COMPRESS_RATIO
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
-from .fakes import ScriptedChatModel, echo_script
-from .helpers import create_conversation, read_events, send
+from .fakes import echo_script
 
 #: About 2,000 tokens per message against a 1 K threshold: every call compresses, from the third turn with a summary.
 LONG_TEXT = "北京的景点很多，故宫、颐和园、天坛都值得一去。" * 100
