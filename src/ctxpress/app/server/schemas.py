@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 from ctxpress.app.server.db.models import Conversation, Message, Run, User
 from ctxpress.app.server.repositories.runs import BusyState
 from ctxpress.app.server.runtime.agents import AgentRuntime
+from ctxpress.app.server.serialization import MAX_STORED_JSON_DEPTH, storable_json, storable_text
 
 RunStatus = Literal["queued", "running", "waiting_input", "succeeded", "failed", "cancelled"]
 
@@ -26,23 +27,34 @@ class CreateConversationRequest(RequestBody):
 
 
 class CreateRunRequest(RequestBody):
-    input: str = Field(min_length=1, description="The user's message.")
+    input: str = Field(
+        min_length=1,
+        description="The user's message (NUL and lone surrogates are kept as U+FFFD, as in the chat record).",
+    )
 
     @field_validator("input")
     @classmethod
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("input must contain more than white space")
-        return value
+        return storable_text(value)
 
 
 class ResumeRunRequest(RequestBody):
     value: JsonValue = Field(
-        description="The answer handed to the waiting interrupt (e.g. the user's reply)."
+        description="The answer handed to the waiting interrupt (e.g. the user's reply). Integers within "
+        f"64 bits, finite numbers, at most {MAX_STORED_JSON_DEPTH} levels of nesting."
     )
     interrupt_id: str | None = Field(
         default=None, max_length=128, description="Needed when several are pending."
     )
+
+    @field_validator("value")
+    @classmethod
+    def _storable(cls, value: JsonValue) -> JsonValue:
+        # The answer goes into the checkpoint (msgpack: 64-bit integers, bounded nesting) and the
+        # runs table (PostgreSQL JSONB: no NaN, no NUL): refuse here what either would fail on later.
+        return storable_json(value)
 
 
 class ErrorDetail(BaseModel):

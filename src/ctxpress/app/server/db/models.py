@@ -46,11 +46,18 @@ USAGE_MAIN: Final = "main"
 USAGE_SUMMARY: Final = "summary"
 
 ID_LENGTH: Final = 32
+_HEX_DIGITS: Final = frozenset("0123456789abcdef")
 
 
 def new_id() -> str:
     """Public identifiers: random, unguessable, URL-safe (uuid4 hex)."""
     return uuid.uuid4().hex
+
+
+def is_public_id(value: str) -> bool:
+    """The shape of `new_id()`: anything else names no row and never reaches a query (PostgreSQL
+    refuses NUL in text, so an id like `%00` would otherwise fail there instead of answering 404)."""
+    return len(value) == ID_LENGTH and all(ch in _HEX_DIGITS for ch in value)
 
 
 def utcnow() -> datetime:

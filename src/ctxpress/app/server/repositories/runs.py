@@ -17,6 +17,7 @@ from ctxpress.app.server.db.models import (
     RUN_WAITING_INPUT,
     Conversation,
     Run,
+    is_public_id,
     utcnow,
 )
 
@@ -58,6 +59,8 @@ class RunRepository:
         return await self.session.get(Run, run_id, populate_existing=True)
 
     async def get_owned(self, run_id: str, owner_id: str) -> Run | None:
+        if not is_public_id(run_id):
+            return None
         query = (
             select(Run)
             .join(Conversation, Conversation.id == Run.conversation_id)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import AfterValidator
 
 from ctxpress.app.server.db.models import Conversation, User
 from ctxpress.app.server.errors import UnauthorizedError
@@ -14,6 +16,23 @@ from ctxpress.app.server.runtime.container import Services
 #: The largest row id both databases store (BIGINT): larger cursors are rejected with 422/400, never
 #: passed on to the database (where they would fail with a 500).
 MAX_ROW_ID = 2**63 - 1
+
+
+def utc_instant(value: datetime) -> datetime:
+    """An instant the database can compare: with its UTC offset, and within years 1-9999 in UTC."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(
+            "give the instant with its UTC offset, e.g. 2026-01-01T00:00:00Z "
+            "(a date alone or a time without offset is ambiguous)"
+        )
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("the instant is outside years 1-9999 once converted to UTC") from None
+
+
+#: A date-time query parameter: naive, date-only or out-of-range values answer 422, never reach SQL.
+UtcInstant = Annotated[datetime, AfterValidator(utc_instant)]
 
 _bearer = HTTPBearer(auto_error=False, description="A token printed by `ctxpress users create NAME`.")
 

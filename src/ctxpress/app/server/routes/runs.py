@@ -28,7 +28,10 @@ async def get_run(run_id: str, user: UserDep, services: ServicesDep) -> RunOut:
     "/{run_id}/resume",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=RunOut,
-    responses={409: {"model": ErrorResponse}},
+    responses={
+        409: {"model": ErrorResponse},
+        413: {"model": ErrorResponse, "description": "The body is larger than `max_body_bytes`."},
+    },
 )
 async def resume_run(run_id: str, body: ResumeRunRequest, user: UserDep, services: ServicesDep) -> RunOut:
     """Answer the question a run asked (`interrupt` event); the run continues."""

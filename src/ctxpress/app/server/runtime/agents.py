@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ctxpress.app.kb.web_search import web_search_status
 from ctxpress.app.models import BUILTIN_MODEL_NAME, BUILTIN_NOTICE, BUILTIN_PROVIDER, BuiltinChatModel
+from ctxpress.app.server.runtime.storable_state import StorableStateMiddleware
 from ctxpress.app.server.runtime.tools import ToolSpec, resolve_tools
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.app.server.usecases.pressure import publish_pressure
@@ -381,6 +382,9 @@ def _build_runtime(
         system_prompt=definition.system_prompt,
         middleware=[
             *agent_middleware(definition, summary_model=summary_model, workdirs=workdirs),
+            # Replies and tool results the checkpointer could not store are repaired in their node,
+            # before the chat record sees them (the two would disagree otherwise).
+            StorableStateMiddleware(checkpointer.serde),
             # Innermost: real servers word "context exceeded" in many ways (llama.cpp, vLLM, Ollama,
             # DeepSeek, SiliconFlow…); only a ContextOverflowError reaches the forced summary (S6).
             OverflowMappingMiddleware(),

@@ -10,15 +10,20 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from langchain_core.tools import BaseTool, StructuredTool, tool
 from langgraph.types import interrupt
+from pydantic import Field
 
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.workdir import WorkdirError, read_text, write_text
 
 READ_FILE_MAX_CHARS = 20_000
+#: The largest integer every JSON reader keeps exactly; larger tool arguments are refused.
+MAX_TOOL_INT = 2**53 - 1
+#: A count or position argument: the model gets a validation error (a tool message) outside it.
+ToolInt = Annotated[int, Field(ge=0, le=MAX_TOOL_INT)]
 GREP_MAX_MATCHES = 50
 GREP_LINE_CHARS = 300
 ToolSpec = str | BaseTool | Callable[..., Any]
@@ -42,7 +47,7 @@ def workdir_tools(workdirs: ConversationWorkdirs) -> list[BaseTool]:
             return f"error: {exc}"
         return "\n".join(f"{item.path} ({item.size} bytes)" for item in files) or "(no files)"
 
-    def read_file(path: str, offset: int = 0, limit: int = READ_FILE_MAX_CHARS) -> str:
+    def read_file(path: str, offset: ToolInt = 0, limit: ToolInt = READ_FILE_MAX_CHARS) -> str:
         """Read a text file from the conversation's workdir, `limit` characters from `offset`."""
         try:
             text = read_text(workdirs.for_current_thread(), path)
