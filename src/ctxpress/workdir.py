@@ -197,6 +197,20 @@ class LocalWorkdir:
         except OSError as exc:
             raise WorkdirError(f"could not read {relative}: {_describe_os_error(exc)}") from None
 
+    def file_size(self, path: str) -> int:
+        """The size in bytes of the file at `path`, without reading it."""
+        relative = normalize_relative_path(path)
+        target = self._root / relative
+        self._ensure_inside(target, relative)
+        try:
+            if not target.is_file():
+                raise WorkdirNotFoundError(f"{relative}: no such file in the workdir")
+            return target.stat().st_size
+        except WorkdirError:
+            raise
+        except OSError as exc:
+            raise WorkdirError(f"could not read {relative}: {_describe_os_error(exc)}") from None
+
     def exists(self, path: str) -> bool:
         relative = normalize_relative_path(path)
         target = self._root / relative

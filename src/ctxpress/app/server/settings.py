@@ -65,6 +65,17 @@ class Settings(BaseSettings):
     )
     sse_ping_seconds: float = Field(default=15.0, gt=0)
     run_recursion_limit: int = Field(default=100, ge=5, description="LangGraph steps allowed per run.")
+    workdir_max_file_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1024,
+        description="Largest file the agent's file tools (write_file, edit_file) may write.",
+    )
+    workdir_max_bytes: int = Field(
+        default=512 * 1024 * 1024,
+        ge=1024,
+        description="Largest total of a conversation's workdir the agent's file tools may write up to "
+        "(compression's own files count, but are never refused).",
+    )
     tool_result_preview_chars: int = Field(
         default=4000,
         ge=100,

@@ -49,7 +49,7 @@ from ctxpress.app.server.runtime.agents import (
 from ctxpress.app.server.runtime.checkpoints import open_checkpointer
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.execution import RunExecutor
-from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
+from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs, WorkdirQuota
 from ctxpress.app.server.runtime.worker import RunWorker, new_worker_id
 from ctxpress.app.server.settings import Settings
 from ctxpress.app.server.usecases.auth import AuthService, IssuedToken
@@ -131,7 +131,12 @@ async def open_services(
             await upgrade_on(connection)
             await checkpointer.setup()
 
-        workdirs = ConversationWorkdirs(settings.workdirs_dir)
+        workdirs = ConversationWorkdirs(
+            settings.workdirs_dir,
+            quota=WorkdirQuota(
+                max_file_bytes=settings.workdir_max_file_bytes, max_workdir_bytes=settings.workdir_max_bytes
+            ),
+        )
         # query_kb over the service's knowledge base; web_search when a search API is configured
         retrieval = retrieval_tools(open_knowledge_base(settings))
         registry = AgentRegistry(
