@@ -5,7 +5,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
+
+#: Codes of the service hardening (issue 19), used where the errors are raised.
+MESSAGE_TOO_LARGE: Final = "message_too_large"
+TOKEN_NOT_FOUND: Final = "token_not_found"
+TOO_MANY_FAILED_AUTHENTICATIONS: Final = "too_many_failed_authentications"
 
 
 class ServiceError(Exception):
@@ -50,6 +55,22 @@ class ConflictError(ServiceError):
     code = "conflict"
 
 
+class ForbiddenError(ServiceError):
+    status_code = 403
+    code = "forbidden"
+
+
 class PayloadTooLargeError(ServiceError):
     status_code = 413
     code = "payload_too_large"
+
+
+class TooManyRequestsError(ServiceError):
+    """Answered with `Retry-After: <retry_after>` (seconds)."""
+
+    status_code = 429
+    code = "too_many_requests"
+
+    def __init__(self, message: str, *, retry_after: int, code: str | None = None) -> None:
+        super().__init__(message, code=code, details={"retry_after": retry_after})
+        self.retry_after = retry_after

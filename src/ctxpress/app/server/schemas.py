@@ -11,6 +11,7 @@ from ctxpress.app.server.db.models import Conversation, Message, Run, User
 from ctxpress.app.server.repositories.runs import BusyState
 from ctxpress.app.server.runtime.agents import AgentRuntime
 from ctxpress.app.server.serialization import MAX_STORED_JSON_DEPTH, storable_json, storable_text
+from ctxpress.app.server.usecases.message_limits import message_budget
 
 RunStatus = Literal["queued", "running", "waiting_input", "succeeded", "failed", "cancelled"]
 
@@ -87,9 +88,14 @@ class AgentOut(BaseModel):
     notice: str | None
     capabilities: list[str]
     compression: dict[str, Any]
+    #: The largest user message this agent accepts, in approximate tokens (larger ones answer 413
+    #: `message_too_large`), and what it is derived from.
+    max_message_tokens: int
+    message_budget: dict[str, int | None]
 
     @classmethod
     def of(cls, runtime: AgentRuntime, *, default: bool) -> AgentOut:
+        budget = message_budget(runtime)
         definition = runtime.definition
         return cls(
             name=runtime.name,
@@ -103,6 +109,8 @@ class AgentOut(BaseModel):
                 **definition.compression.model_dump(),
                 "threshold_tokens": definition.compression.threshold_tokens,
             },
+            max_message_tokens=budget.max_message_tokens,
+            message_budget=budget.as_dict(),
         )
 
 

@@ -180,7 +180,11 @@ async def open_services(
             files=FileService(workdirs),
             worker=worker,
             runs=RunService(
-                database=database, events=events, worker=worker, max_input_chars=settings.max_input_chars
+                database=database,
+                events=events,
+                worker=worker,
+                agents=registry,
+                max_input_chars=settings.max_input_chars,
             ),
             compression=CompressionService(
                 database=database, agents=registry, workdirs=workdirs, pressure=PressureService(database)
