@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,6 +23,7 @@ from ctxpress.app.doctor import ConversationNotFoundError, DoctorReport, diagnos
 from ctxpress.app.kb import KnowledgeBase, KnowledgeBaseError
 from ctxpress.app.kb.documents import DocumentFormatError
 from ctxpress.app.models import BUILTIN_NOTICE, replay_summary_model
+from ctxpress.app.owner_only import NotOwnerOnlyError
 from ctxpress.app.server.errors import ServiceError
 from ctxpress.app.server.knowledge import open_knowledge_base
 from ctxpress.app.server.runtime.agents import AgentConfigError, AgentDefinition
@@ -67,6 +69,16 @@ AgentsOption = Annotated[
 ]
 
 
+@contextlib.contextmanager
+def _data_dir_checked() -> Iterator[None]:
+    """A data directory or SQLite file others can read, that cannot be restricted: exit 2, saying why."""
+    try:
+        yield
+    except NotOwnerOnlyError as exc:
+        err.print(f"[red]data directory:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+
+
 def _settings(**overrides: Any) -> Settings:
     try:
         return Settings(**{key: value for key, value in overrides.items() if value is not None})
@@ -96,7 +108,8 @@ def serve(
     except AgentConfigError as exc:
         err.print(f"[red]agents file:[/red] {exc}")
         raise typer.Exit(2) from None
-    admin = asyncio.run(first_start(settings))
+    with _data_dir_checked():
+        admin = asyncio.run(first_start(settings))
     _print_banner(
         settings, definitions, host, port, admin, _knowledge_base_status(open_knowledge_base(settings))
     )
@@ -201,7 +214,8 @@ def _run_user_command(
             return await action(AuthService(database))
 
     try:
-        return asyncio.run(run())
+        with _data_dir_checked():
+            return asyncio.run(run())
     except ServiceError as exc:
         err.print(f"[red]error:[/red] {exc.message}")
         raise typer.Exit(1) from None

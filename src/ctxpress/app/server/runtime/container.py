@@ -37,6 +37,7 @@ from typing import IO, Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from ctxpress.app.kb.tools import retrieval_tools
+from ctxpress.app.owner_only import DIR_MODE, owner_only_dir, owner_only_file, owner_only_sqlite
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.migrate import schema_change_lock, upgrade_on
 from ctxpress.app.server.knowledge import open_knowledge_base
@@ -62,7 +63,6 @@ from ctxpress.app.server.usecases.usage import UsageService
 
 logger = logging.getLogger(__name__)
 
-DATA_DIR_MODE = 0o700
 SERVER_LOCK_FILE = "server.lock"
 
 
@@ -97,8 +97,15 @@ def agent_definitions(settings: Settings) -> list[AgentDefinition]:
 
 
 def prepare_data_dir(settings: Settings) -> None:
-    settings.data_dir.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
-    settings.workdirs_dir.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
+    """The data directory and the workdirs' folder 0700, the SQLite files 0600 (`owner_only`)."""
+    owner_only_dir(settings.data_dir)
+    owner_only_dir(settings.workdirs_dir)
+    target = settings.database()
+    if target.backend == "sqlite" and target.sqlalchemy_url.database:
+        database_file = Path(target.sqlalchemy_url.database)
+        database_file.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        owner_only_sqlite(database_file)
+        owner_only_sqlite(Path(target.checkpoint_target))
 
 
 @asynccontextmanager
@@ -206,6 +213,7 @@ def _exclusive_server_lock(data_dir: Path) -> Iterator[None]:
         return
     import fcntl
 
+    owner_only_file(data_dir / SERVER_LOCK_FILE)
     handle: IO[str] = open(data_dir / SERVER_LOCK_FILE, "a+")  # noqa: SIM115 - held for the service's life
     try:
         try:
