@@ -7,10 +7,12 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -177,17 +179,75 @@ def create_user(
     print(issued.token)
 
 
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`90s`, `30m`, `12h`, `30d` or plain seconds."""
+    match = _DURATION.match(text.lower())
+    if match is None or int(match.group(1)) == 0:
+        raise typer.BadParameter("give a duration such as 3600, 90m, 12h or 30d")
+    return timedelta(seconds=int(match.group(1)) * _DURATION_UNITS[match.group(2)])
+
+
 @users_app.command("token")
 def issue_token(
     name: Annotated[str, typer.Argument(help="Existing user name.")],
+    label: Annotated[str, typer.Option(help="What the token is for (shown in `users tokens`).")] = (
+        "ctxpress users token"
+    ),
+    expires_in: Annotated[
+        str | None, typer.Option("--expires-in", help="Expire after this long: 3600, 90m, 12h, 30d.")
+    ] = None,
     data_dir: DataDirOption = None,
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Print a new API token for an existing user (older tokens stay valid)."""
     settings = _settings(data_dir=data_dir, database_url=database_url)
-    issued = _run_user_command(settings, lambda auth: auth.issue_token(name, label="ctxpress users token"))
-    err.print(f"new API token for [bold]{issued.user.name}[/bold] (shown only now):")
+    lifetime = parse_duration(expires_in) if expires_in is not None else None
+    issued = _run_user_command(
+        settings, lambda auth: auth.issue_token(name, label=label, expires_in=lifetime)
+    )
+    expiry = f", expires {issued.expires_at:%Y-%m-%d %H:%M:%S} UTC" if issued.expires_at else ""
+    err.print(
+        f"new API token for [bold]{issued.user.name}[/bold] (id {issued.token_id}{expiry}; shown only now):"
+    )
     print(issued.token)
+
+
+@users_app.command("tokens")
+def list_tokens(
+    name: Annotated[str | None, typer.Argument(help="Only this user's tokens.")] = None,
+    data_dir: DataDirOption = None,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """List the API tokens: id, user, label, dates and status (never the tokens themselves)."""
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+    tokens = _run_user_command(settings, lambda auth: auth.list_tokens(name))
+    table = Table(Column("id", no_wrap=True), "user", "label", "created (UTC)", "expires (UTC)", "status")
+    for token in tokens:
+        table.add_row(
+            token.id,
+            escape(token.user),
+            escape(token.label),
+            f"{token.created_at:%Y-%m-%d %H:%M}",
+            f"{token.expires_at:%Y-%m-%d %H:%M}" if token.expires_at else "never",
+            token.status,
+        )
+    out.print(table)
+
+
+@users_app.command("revoke")
+def revoke_token(
+    token_id: Annotated[str, typer.Argument(help="The token's id (from `ctxpress users tokens`).")],
+    data_dir: DataDirOption = None,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Revoke an API token: it stops working at once, on every service process."""
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+    token = _run_user_command(settings, lambda auth: auth.revoke_token(token_id))
+    out.print(f"revoked token {token.id} of [bold]{escape(token.user)}[/bold] ({escape(token.label)})")
 
 
 @users_app.command("list")
@@ -206,10 +266,11 @@ def list_users(data_dir: DataDirOption = None, database_url: DatabaseUrlOption =
         out.print(line)
 
 
-def _run_user_command(
-    settings: Settings, action: Callable[[AuthService], Awaitable[IssuedToken]]
-) -> IssuedToken:
-    async def run() -> IssuedToken:
+T = TypeVar("T")
+
+
+def _run_user_command(settings: Settings, action: Callable[[AuthService], Awaitable[T]]) -> T:
+    async def run() -> T:
         async with open_database(settings) as database:
             return await action(AuthService(database))
 

@@ -113,7 +113,10 @@ class User(Base):
 
 
 class ApiToken(Base):
-    """Bearer tokens, stored as SHA-256 digests (tokens are 256-bit random, so a fast hash suffices)."""
+    """Bearer tokens, stored as SHA-256 digests (tokens are 256-bit random, so a fast hash suffices).
+
+    A token is valid while `revoked_at` is NULL and `expires_at` is NULL or later than now; every
+    request reads the row, so a revocation holds at once on every service process."""
 
     __tablename__ = "api_tokens"
 
@@ -123,6 +126,7 @@ class ApiToken(Base):
     label: Mapped[str] = mapped_column(String(64), default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+    expires_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class AgentRecord(Base):
