@@ -97,13 +97,22 @@ def serve(
     database_url: DatabaseUrlOption = None,
     agents: AgentsOption = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
+    redis_url: Annotated[
+        str | None,
+        typer.Option(
+            "--redis-url",
+            help="Redis shared by several processes (env CTXPRESS_REDIS_URL): failed-authentication counts.",
+        ),
+    ] = None,
 ) -> None:
     """Run the chat service (HTTP API + SSE). The first start prints the admin token."""
     import uvicorn
 
     from ctxpress.app.server.app import create_app
 
-    settings = _settings(data_dir=data_dir, database_url=database_url, agents_file=agents)
+    settings = _settings(
+        data_dir=data_dir, database_url=database_url, agents_file=agents, redis_url=redis_url
+    )
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         definitions = agent_definitions(settings)

@@ -74,7 +74,9 @@ def error_response(status_code: int, code: str, message: str, details: Any = Non
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        return error_response(exc.status_code, exc.code, exc.message, exc.details)
+        response = error_response(exc.status_code, exc.code, exc.message, exc.details)
+        response.headers.update(exc.headers())
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

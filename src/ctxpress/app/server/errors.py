@@ -24,6 +24,10 @@ class ServiceError(Exception):
             self.code = code
         self.details = details
 
+    def headers(self) -> dict[str, str]:
+        """Headers the answer carries besides the JSON body."""
+        return {}
+
     def body(self) -> dict[str, Any]:
         error: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.details is not None:
@@ -74,3 +78,6 @@ class TooManyRequestsError(ServiceError):
     def __init__(self, message: str, *, retry_after: int, code: str | None = None) -> None:
         super().__init__(message, code=code, details={"retry_after": retry_after})
         self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from ctxpress.app.server.db.models import User
 from ctxpress.app.server.errors import ForbiddenError
-from ctxpress.app.server.routes.deps import ServicesDep, UserDep
+from ctxpress.app.server.routes.deps import AUTHENTICATED_RESPONSES, ServicesDep, UserDep
 from ctxpress.app.server.schemas import ErrorResponse, RequestBody
 from ctxpress.app.server.usecases.auth import IssuedToken, TokenInfo
 
@@ -36,7 +36,7 @@ AdminDep = Annotated[User, Depends(require_admin)]
 router = APIRouter(
     prefix="/api/admin",
     tags=["admin"],
-    responses={401: {"model": ErrorResponse}, 403: {"model": ErrorResponse}},
+    responses={**AUTHENTICATED_RESPONSES, 403: {"model": ErrorResponse}},
 )
 
 

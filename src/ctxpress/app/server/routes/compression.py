@@ -17,7 +17,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from ctxpress.app.server.routes.deps import ConversationDep, ServicesDep
+from ctxpress.app.server.routes.deps import AUTHENTICATED_RESPONSES, ConversationDep, ServicesDep
 from ctxpress.app.server.schemas import ErrorResponse
 from ctxpress.app.server.usecases.compression import (
     CompressionFailedError,
@@ -31,7 +31,7 @@ from ctxpress.summary.event import SummarizationEvent
 router = APIRouter(
     prefix="/api/conversations",
     tags=["compression"],
-    responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
+    responses={**AUTHENTICATED_RESPONSES, 404: {"model": ErrorResponse}},
 )
 
 

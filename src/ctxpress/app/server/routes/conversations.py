@@ -5,7 +5,14 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 
 from ctxpress.app.server.db.models import RUN_QUEUED
-from ctxpress.app.server.routes.deps import MAX_ROW_ID, ConversationDep, ServicesDep, UserDep, UtcInstant
+from ctxpress.app.server.routes.deps import (
+    AUTHENTICATED_RESPONSES,
+    MAX_ROW_ID,
+    ConversationDep,
+    ServicesDep,
+    UserDep,
+    UtcInstant,
+)
 from ctxpress.app.server.schemas import (
     ConversationOut,
     ConversationPage,
@@ -25,7 +32,7 @@ from ctxpress.app.server.schemas import (
 router = APIRouter(
     prefix="/api/conversations",
     tags=["conversations"],
-    responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
+    responses={**AUTHENTICATED_RESPONSES, 404: {"model": ErrorResponse}},
 )
 
 PAGE_LIMIT_MAX = 500

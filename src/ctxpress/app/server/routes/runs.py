@@ -8,14 +8,14 @@ from fastapi import APIRouter, Header, Query, status
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ctxpress.app.server.errors import BadRequestError
-from ctxpress.app.server.routes.deps import MAX_ROW_ID, ServicesDep, UserDep
+from ctxpress.app.server.routes.deps import AUTHENTICATED_RESPONSES, MAX_ROW_ID, ServicesDep, UserDep
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.schemas import ErrorResponse, ResumeRunRequest, RunOut
 
 router = APIRouter(
     prefix="/api/runs",
     tags=["runs"],
-    responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
+    responses={**AUTHENTICATED_RESPONSES, 404: {"model": ErrorResponse}},
 )
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from redis.asyncio import Redis
 
 from ctxpress.app.kb.tools import retrieval_tools
 from ctxpress.app.owner_only import DIR_MODE, owner_only_dir, owner_only_file, owner_only_sqlite
@@ -47,6 +48,7 @@ from ctxpress.app.server.runtime.agents import (
     default_agent,
     load_agents_file,
 )
+from ctxpress.app.server.runtime.auth_throttle import AuthThrottle, auth_throttle
 from ctxpress.app.server.runtime.checkpoints import open_checkpointer
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.execution import RunExecutor
@@ -86,6 +88,8 @@ class Services:
     runs: RunService
     #: Manual compression (S17–S19) and the context status panel (S22).
     compression: CompressionService
+    #: Failed authentications per client address (shared through Redis when configured).
+    auth_throttle: AuthThrottle
     #: Set when this start created the first user (printed once by `ctxpress serve`).
     bootstrap_admin: IssuedToken | None = None
 
@@ -138,6 +142,16 @@ async def open_services(
             await upgrade_on(connection)
             await checkpointer.setup()
 
+        redis = None
+        if settings.redis_url:
+            redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=2)
+            stack.push_async_callback(redis.aclose)
+        throttle = auth_throttle(
+            max_failures=settings.auth_failure_limit,
+            window_seconds=settings.auth_failure_window_seconds,
+            redis=redis,
+            redis_prefix=settings.redis_key_prefix,
+        )
         workdirs = ConversationWorkdirs(
             settings.workdirs_dir,
             quota=WorkdirQuota(
@@ -196,6 +210,7 @@ async def open_services(
             compression=CompressionService(
                 database=database, agents=registry, workdirs=workdirs, pressure=PressureService(database)
             ),
+            auth_throttle=throttle,
         )
         await services.conversations.sync_agents()
         services.bootstrap_admin = await services.auth.ensure_admin()
