@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ctxpress import __version__
 from ctxpress.app.server.errors import PayloadTooLargeError, ServiceError
+from ctxpress.app.server.log_redaction import install_log_redaction
 from ctxpress.app.server.routes import ROUTERS, web
 from ctxpress.app.server.runtime.agents import AgentDefinition
 from ctxpress.app.server.runtime.container import open_services
@@ -45,6 +46,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        install_log_redaction()  # uvicorn's handlers exist by now
         async with open_services(resolved, agents) as services:
             app.state.services = services
             yield
