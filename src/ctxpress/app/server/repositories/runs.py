@@ -68,6 +68,16 @@ class RunRepository:
         )
         return (await self.session.execute(query)).scalar_one_or_none()
 
+    async def previous(self, run: Run) -> Run | None:
+        """The conversation's run queued right before `run`."""
+        query = (
+            select(Run)
+            .where(Run.conversation_id == run.conversation_id, Run.queue_seq < run.queue_seq)
+            .order_by(Run.queue_seq.desc())
+            .limit(1)
+        )
+        return (await self.session.execute(query)).scalar_one_or_none()
+
     async def list_for_conversation(self, conversation_id: str, *, limit: int) -> list[Run]:
         query = (
             select(Run)
