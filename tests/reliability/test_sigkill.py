@@ -48,6 +48,14 @@ def service(make_settings: Any, tmp_path: Path) -> Iterator[ServiceProcess]:
     process.stop()
 
 
+def wait_for_point(reached: Path, timeout: float = 30) -> None:
+    """Until the service announces it stopped at an armed point."""
+    deadline = time.monotonic() + timeout
+    while not reached.exists():
+        assert time.monotonic() < deadline, f"{reached.name} was never reached"
+        time.sleep(0.05)
+
+
 def run_until_armed_point(
     client: httpx.Client, conversation_id: str, point: Path
 ) -> tuple[list[str], str, Any]:
@@ -148,10 +156,7 @@ def test_sigkill_while_the_last_checkpoint_lags_behind_a_finished_tool(
     (service.control / "arm-model_after_tool").touch()
     reached = service.control / "reached-model_after_tool"
     held_run = send(client, conversation_id, TOPICS[0])["run"]["id"]
-    deadline = time.monotonic() + 30
-    while not reached.exists():
-        assert time.monotonic() < deadline, "the model call after the tool was never reached"
-        time.sleep(0.05)
+    wait_for_point(reached)
     service.kill()
     for point in ("slow_checkpoint", "model_after_tool"):
         (service.control / f"arm-{point}").unlink()
@@ -194,11 +199,7 @@ def test_after_a_sigkill_in_a_tool_call_the_model_hears_the_service_restarted(
         assert turn(client, conversation_id, opening).status == "succeeded"
         (service.control / "arm-tool_call").touch()
         held_run = send(client, conversation_id, question)["run"]["id"]
-        reached = service.control / "reached-tool_call"
-        deadline = time.monotonic() + 30
-        while not reached.exists():
-            assert time.monotonic() < deadline, "the tool call was never reached"
-            time.sleep(0.05)
+        wait_for_point(service.control / "reached-tool_call")
         service.kill()
         for name in ("arm-tool_call", "reached-tool_call"):
             (service.control / name).unlink()

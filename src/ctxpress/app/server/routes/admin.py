@@ -13,13 +13,13 @@ from datetime import datetime, timedelta
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, status
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ctxpress.app.server.db.models import User
 from ctxpress.app.server.errors import ForbiddenError
 from ctxpress.app.server.routes.deps import AUTHENTICATED_RESPONSES, ServicesDep, UserDep
 from ctxpress.app.server.schemas import ErrorResponse, RequestBody
-from ctxpress.app.server.usecases.auth import IssuedToken, TokenInfo
+from ctxpress.app.server.usecases.auth import IssuedToken
 
 #: Ten years: longer than any deployment should trust one secret.
 MAX_TOKEN_LIFETIME_SECONDS = 10 * 365 * 24 * 3600
@@ -41,6 +41,10 @@ router = APIRouter(
 
 
 class TokenOut(BaseModel):
+    """A `TokenInfo` (its fields and its `status`)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
     id: str
     user: str
     label: str
@@ -48,18 +52,6 @@ class TokenOut(BaseModel):
     expires_at: datetime | None
     revoked_at: datetime | None
     status: Literal["active", "revoked", "expired"]
-
-    @classmethod
-    def of(cls, info: TokenInfo) -> TokenOut:
-        return cls(
-            id=info.id,
-            user=info.user,
-            label=info.label,
-            created_at=info.created_at,
-            expires_at=info.expires_at,
-            revoked_at=info.revoked_at,
-            status=info.status,
-        )
 
 
 class TokenList(BaseModel):
@@ -93,7 +85,7 @@ async def list_tokens(
     services: ServicesDep,
     user: Annotated[str | None, Query(max_length=64, description="Only this user's tokens")] = None,
 ) -> TokenList:
-    return TokenList(items=[TokenOut.of(info) for info in await services.auth.list_tokens(user)])
+    return TokenList(items=[TokenOut.model_validate(info) for info in await services.auth.list_tokens(user)])
 
 
 @router.post(
@@ -112,4 +104,4 @@ async def issue_token(
 
 @router.post("/tokens/{token_id}/revoke", response_model=TokenOut, responses={404: {"model": ErrorResponse}})
 async def revoke_token(token_id: str, admin: AdminDep, services: ServicesDep) -> TokenOut:
-    return TokenOut.of(await services.auth.revoke_token(token_id))
+    return TokenOut.model_validate(await services.auth.revoke_token(token_id))
