@@ -17,6 +17,8 @@ class UserRepository:
         return await self.session.get(User, user_id)
 
     async def by_name(self, name: str) -> User | None:
+        if "\x00" in name:  # no user name holds one, and PostgreSQL refuses it in a query
+            return None
         return (await self.session.execute(select(User).where(User.name == name))).scalar_one_or_none()
 
     async def count(self) -> int:
