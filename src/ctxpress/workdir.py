@@ -27,10 +27,10 @@ import os
 import stat
 import tempfile
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 #: Names of the temporary files of atomic writes: reserved, never listed, read or written by path.
 TEMP_PREFIX = ".ctxpress-tmp-"
@@ -46,6 +46,7 @@ REJECTED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 SLASH_LOOKALIKES = frozenset("\u2215\u2044\u29f8\u29f5\u29f9\ufe68\u2216\u244a")
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+_T = TypeVar("_T")
 
 
 class WorkdirError(Exception):
@@ -185,13 +186,21 @@ class LocalWorkdir:
         return relative
 
     def read_bytes(self, path: str) -> bytes:
+        return self._read(path, Path.read_bytes)
+
+    def file_size(self, path: str) -> int:
+        """The size in bytes of the file at `path`, without reading it."""
+        return self._read(path, lambda target: target.stat().st_size)
+
+    def _read(self, path: str, read: Callable[[Path], _T]) -> _T:
+        """`read` applied to the existing file at the validated `path`, errors without host paths."""
         relative = normalize_relative_path(path)
         target = self._root / relative
         self._ensure_inside(target, relative)
         try:
             if not target.is_file():
                 raise WorkdirNotFoundError(f"{relative}: no such file in the workdir")
-            return target.read_bytes()
+            return read(target)
         except WorkdirError:
             raise
         except OSError as exc:

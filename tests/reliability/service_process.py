@@ -2,7 +2,8 @@
 
 Settings come from `CTXPRESS_*` environment variables (data dir, database URL, lease, poll). The
 agent is the reliability suite's knowledge-base agent with scripted models (`CTXPRESS_TEST_AGENT=chat`:
-a terse chat agent without tools, for the races). With `CTXPRESS_TEST_LOCK_TRACE=<file>` every hold
+a terse chat agent without tools, for the races; `=plain`: one `fetch_report` per message, no
+compression). With `CTXPRESS_TEST_LOCK_TRACE=<file>` every hold
 of a conversation lock appends `enter` (once held) and `exit` (before release) lines to that file
 with O_APPEND, so the holds of several processes land in one file in real-time order. The test steers where
 the process stops by creating `CONTROL_DIR/arm-<point>`; on reaching an armed point the process
@@ -13,6 +14,7 @@ creates `CONTROL_DIR/reached-<point>` and waits there until it is killed:
   has been written, the event is not);
 - `tool_after_summary`: in the tool call right after a model call that made a new summary (the
   model node finished, so the checkpoint holds the new event); the model asks for that tool call;
+- `tool_call`: inside any `fetch_report` call;
 - `model_after_tool`: in the main model call that follows a tool result. Together with
   `arm-slow_checkpoint` (the checkpoint save after a tool step waits 5 s; LangGraph saves in the
   background while the next step runs) the tool's result is then only a pending write.
@@ -102,6 +104,8 @@ def fetch_report(topic: str) -> str:
     """Fetch a long report about a topic."""
     if _new_summary["pending"] and armed("tool_after_summary"):
         stop_here("tool_after_summary")
+    if armed("tool_call"):
+        stop_here("tool_call")
     return report_text(topic)
 
 
@@ -122,6 +126,14 @@ def chat_script(messages: Sequence[BaseMessage]) -> AIMessage:
 
 
 def agent() -> AgentDefinition:
+    if os.environ.get("CTXPRESS_TEST_AGENT") == "plain":
+        return AgentDefinition(
+            name="kb",
+            default=True,
+            model=ModelSpec(model=ScriptedChatModel(script=report_tool_script, model_name="main")),
+            tools=(fetch_report,),
+            capabilities=(),
+        )
     if os.environ.get("CTXPRESS_TEST_AGENT") == "chat":
         return AgentDefinition(
             name="kb",

@@ -21,8 +21,7 @@ import httpx
 import pytest
 from langchain_core.messages import ToolMessage
 
-from ctxpress.app.server.runtime.execution import UNANSWERED_TOOL_CALL
-from ctxpress.app.server.runtime.worker import LEASE_EXPIRED_ERROR
+from ctxpress.app.server.runtime.unanswered_calls import LEASE_EXPIRED_ERROR, PHRASES, unanswered_call_text
 from ctxpress.app.testing.api import send, wait_for_status
 from ctxpress.app.testing.processes import ServiceProcess, create_user
 from tests.server.fakes import report_text
@@ -48,6 +47,14 @@ def service(make_settings: Any, tmp_path: Path) -> Iterator[ServiceProcess]:
     process = scripted_service(make_settings(), control, tmp_path / "service.log")
     yield process
     process.stop()
+
+
+def wait_for_point(reached: Path, timeout: float = 30) -> None:
+    """Until the service announces it stopped at an armed point."""
+    deadline = time.monotonic() + timeout
+    while not reached.exists():
+        assert time.monotonic() < deadline, f"{reached.name} was never reached"
+        time.sleep(0.05)
 
 
 def run_until_armed_point(
@@ -150,10 +157,7 @@ def test_sigkill_while_the_last_checkpoint_lags_behind_a_finished_tool(
     (service.control / "arm-model_after_tool").touch()
     reached = service.control / "reached-model_after_tool"
     held_run = send(client, conversation_id, TOPICS[0])["run"]["id"]
-    deadline = time.monotonic() + 30
-    while not reached.exists():
-        assert time.monotonic() < deadline, "the model call after the tool was never reached"
-        time.sleep(0.05)
+    wait_for_point(reached)
     service.kill()
     for point in ("slow_checkpoint", "model_after_tool"):
         (service.control / f"arm-{point}").unlink()
@@ -168,8 +172,47 @@ def test_sigkill_while_the_last_checkpoint_lags_behind_a_finished_tool(
     values = state_values(client, conversation_id)
     assert_checkpoint_consistent(values, root, allow_temp=True)  # provider-valid: no orphan
     assert_sql_record_complete(settings, conversation_id, sent)
-    # The lost result was given back (once), not replaced by "the user did not answer".
+    # The lost result was given back (once), not replaced by a patch saying it is unknown.
     tools = [m.content for m in state_messages(values) if isinstance(m, ToolMessage)]
-    assert report_text(TOPICS[0]) in tools and UNANSWERED_TOOL_CALL not in tools
+    patches = {text for phrases in PHRASES.values() for text in phrases}
+    assert report_text(TOPICS[0]) in tools and not patches & set(tools)
     rows = sql_messages(settings, conversation_id)
     assert [r.content for r in rows if r.role == "tool"].count(report_text(TOPICS[0])) == 1
+
+
+@pytest.mark.heavy
+def test_after_a_sigkill_in_a_tool_call_the_model_hears_the_service_restarted(
+    service: ServiceProcess, backend: str
+) -> None:
+    """Recovery answers the call the kill left open with what happened -- the service restarted
+    during the call, its result is unknown -- in the conversation's language; not "the user did
+    not answer"."""
+    service.extra_env["CTXPRESS_TEST_AGENT"] = "plain"
+    settings = service.settings
+    token = create_user(settings, "alice")
+    service.start()
+    for opening, question, after, language in (
+        ("开场", "季度营收", "重启之后呢？", "zh"),
+        ("Hello there", "the quarterly revenue report", "What happened?", "en"),
+    ):
+        client = service.client(token)
+        conversation_id = client.post("/api/conversations", json={}).json()["id"]
+        assert turn(client, conversation_id, opening).status == "succeeded"
+        (service.control / "arm-tool_call").touch()
+        held_run = send(client, conversation_id, question)["run"]["id"]
+        wait_for_point(service.control / "reached-tool_call")
+        service.kill()
+        for name in ("arm-tool_call", "reached-tool_call"):
+            (service.control / name).unlink()
+
+        service.start()
+        client = service.client(token)
+        wait_for_status(client, held_run, {"failed"}, timeout=30 + 3 * LEASE_SECONDS)
+        assert turn(client, conversation_id, after).status == "succeeded"
+        values = state_values(client, conversation_id)
+        tools = [m for m in state_messages(values) if isinstance(m, ToolMessage)]
+        expected = unanswered_call_text("service_restarted", language)
+        assert [m.content for m in tools] == [report_text(opening), expected, report_text(after)]
+        assert_checkpoint_consistent(values, workdir_root(settings, conversation_id), allow_temp=True)
+        recorded = [r.content for r in sql_messages(settings, conversation_id) if r.role == "tool"]
+        assert expected in recorded, "the chat record holds the same answer"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
-from ctxpress.app.server.runtime.execution import UNANSWERED_TOOL_CALL
+from ctxpress.app.server.runtime.unanswered_calls import unanswered_call_text
 from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
 from ctxpress.app.testing.records import query_sql
 from tests.fakes import ScriptedChatModel
@@ -85,7 +85,9 @@ def test_cancelling_a_waiting_run_answers_its_question_for_the_next_run(start_se
     kinds = [message["type"] for message in state["values"]["messages"]]
     # The unanswered tool call got a result before the new message, as providers require.
     assert kinds == ["human", "ai", "tool", "human", "ai"]
-    assert state["values"]["messages"][2]["data"]["content"] == UNANSWERED_TOOL_CALL
+    assert state["values"]["messages"][2]["data"]["content"] == unanswered_call_text(
+        "user_did_not_answer", "zh"
+    )
     rows = query_sql(
         server.services.settings,
         "SELECT role FROM messages WHERE conversation_id = :cid ORDER BY id",

@@ -11,7 +11,7 @@ from ctxpress.app.server.db.models import utcnow
 from ctxpress.app.server.repositories.runs import RunRepository
 from ctxpress.app.server.runtime.container import open_database
 from ctxpress.app.server.runtime.locks import conversation_lock
-from ctxpress.app.server.runtime.worker import LEASE_EXPIRED_ERROR
+from ctxpress.app.server.runtime.unanswered_calls import LEASE_EXPIRED_ERROR
 from ctxpress.app.testing.api import create_conversation, read_events, wait_for_status
 from tests.fakes import ScriptedChatModel
 

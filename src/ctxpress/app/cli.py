@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -22,6 +25,7 @@ from ctxpress.app.doctor import ConversationNotFoundError, DoctorReport, diagnos
 from ctxpress.app.kb import KnowledgeBase, KnowledgeBaseError
 from ctxpress.app.kb.documents import DocumentFormatError
 from ctxpress.app.models import BUILTIN_NOTICE, replay_summary_model
+from ctxpress.app.owner_only import NotOwnerOnlyError
 from ctxpress.app.server.agents_file import AgentConfigError, AgentDefinition
 from ctxpress.app.server.errors import ServiceError
 from ctxpress.app.server.knowledge import open_knowledge_base
@@ -68,6 +72,16 @@ AgentsOption = Annotated[
 ]
 
 
+@contextlib.contextmanager
+def _data_dir_checked() -> Iterator[None]:
+    """A data directory or SQLite file others can read, that cannot be restricted: exit 2, saying why."""
+    try:
+        yield
+    except NotOwnerOnlyError as exc:
+        err.print(f"[red]data directory:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+
+
 def _settings(**overrides: Any) -> Settings:
     try:
         return Settings(**{key: value for key, value in overrides.items() if value is not None})
@@ -84,20 +98,30 @@ def serve(
     database_url: DatabaseUrlOption = None,
     agents: AgentsOption = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
+    redis_url: Annotated[
+        str | None,
+        typer.Option(
+            "--redis-url",
+            help="Redis shared by several processes (env CTXPRESS_REDIS_URL): failed-authentication counts.",
+        ),
+    ] = None,
 ) -> None:
     """Run the chat service (HTTP API + SSE). The first start prints the admin token."""
     import uvicorn
 
     from ctxpress.app.server.app import create_app
 
-    settings = _settings(data_dir=data_dir, database_url=database_url, agents_file=agents)
+    settings = _settings(
+        data_dir=data_dir, database_url=database_url, agents_file=agents, redis_url=redis_url
+    )
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         definitions = agent_definitions(settings)
     except AgentConfigError as exc:
         err.print(f"[red]agents file:[/red] {exc}")
         raise typer.Exit(2) from None
-    admin = asyncio.run(first_start(settings))
+    with _data_dir_checked():
+        admin = asyncio.run(first_start(settings))
     _print_banner(
         settings, definitions, host, port, admin, _knowledge_base_status(open_knowledge_base(settings))
     )
@@ -165,17 +189,75 @@ def create_user(
     print(issued.token)
 
 
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`90s`, `30m`, `12h`, `30d` or plain seconds."""
+    match = _DURATION.match(text.lower())
+    if match is None or int(match.group(1)) == 0:
+        raise typer.BadParameter("give a duration such as 3600, 90m, 12h or 30d")
+    return timedelta(seconds=int(match.group(1)) * _DURATION_UNITS[match.group(2)])
+
+
 @users_app.command("token")
 def issue_token(
     name: Annotated[str, typer.Argument(help="Existing user name.")],
+    label: Annotated[str, typer.Option(help="What the token is for (shown in `users tokens`).")] = (
+        "ctxpress users token"
+    ),
+    expires_in: Annotated[
+        str | None, typer.Option("--expires-in", help="Expire after this long: 3600, 90m, 12h, 30d.")
+    ] = None,
     data_dir: DataDirOption = None,
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Print a new API token for an existing user (older tokens stay valid)."""
     settings = _settings(data_dir=data_dir, database_url=database_url)
-    issued = _run_user_command(settings, lambda auth: auth.issue_token(name, label="ctxpress users token"))
-    err.print(f"new API token for [bold]{issued.user.name}[/bold] (shown only now):")
+    lifetime = parse_duration(expires_in) if expires_in is not None else None
+    issued = _run_user_command(
+        settings, lambda auth: auth.issue_token(name, label=label, expires_in=lifetime)
+    )
+    expiry = f", expires {issued.expires_at:%Y-%m-%d %H:%M:%S} UTC" if issued.expires_at else ""
+    err.print(
+        f"new API token for [bold]{issued.user.name}[/bold] (id {issued.token_id}{expiry}; shown only now):"
+    )
     print(issued.token)
+
+
+@users_app.command("tokens")
+def list_tokens(
+    name: Annotated[str | None, typer.Argument(help="Only this user's tokens.")] = None,
+    data_dir: DataDirOption = None,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """List the API tokens: id, user, label, dates and status (never the tokens themselves)."""
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+    tokens = _run_user_command(settings, lambda auth: auth.list_tokens(name))
+    table = Table(Column("id", no_wrap=True), "user", "label", "created (UTC)", "expires (UTC)", "status")
+    for token in tokens:
+        table.add_row(
+            token.id,
+            escape(token.user),
+            escape(token.label),
+            f"{token.created_at:%Y-%m-%d %H:%M}",
+            f"{token.expires_at:%Y-%m-%d %H:%M}" if token.expires_at else "never",
+            token.status,
+        )
+    out.print(table)
+
+
+@users_app.command("revoke")
+def revoke_token(
+    token_id: Annotated[str, typer.Argument(help="The token's id (from `ctxpress users tokens`).")],
+    data_dir: DataDirOption = None,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Revoke an API token: it stops working at once, on every service process."""
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+    token = _run_user_command(settings, lambda auth: auth.revoke_token(token_id))
+    out.print(f"revoked token {token.id} of [bold]{escape(token.user)}[/bold] ({escape(token.label)})")
 
 
 @users_app.command("list")
@@ -194,15 +276,17 @@ def list_users(data_dir: DataDirOption = None, database_url: DatabaseUrlOption =
         out.print(line)
 
 
-def _run_user_command(
-    settings: Settings, action: Callable[[AuthService], Awaitable[IssuedToken]]
-) -> IssuedToken:
-    async def run() -> IssuedToken:
+T = TypeVar("T")
+
+
+def _run_user_command(settings: Settings, action: Callable[[AuthService], Awaitable[T]]) -> T:
+    async def run() -> T:
         async with open_database(settings) as database:
             return await action(AuthService(database))
 
     try:
-        return asyncio.run(run())
+        with _data_dir_checked():
+            return asyncio.run(run())
     except ServiceError as exc:
         err.print(f"[red]error:[/red] {exc.message}")
         raise typer.Exit(1) from None

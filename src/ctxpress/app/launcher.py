@@ -8,7 +8,7 @@ import sys
 
 #: Top-level modules that only `ctxpress[server]` brings.
 SERVER_EXTRA_MODULES = frozenset(
-    {"typer", "rich", "fastapi", "uvicorn", "sqlalchemy", "alembic", "sse_starlette", "httpx"}
+    {"typer", "rich", "fastapi", "uvicorn", "sqlalchemy", "alembic", "sse_starlette", "httpx", "redis"}
 )
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from ctxpress.app.kb.sql_store import Connection, Query, SqlKnowledgeStore
 from ctxpress.app.kb.store import KnowledgeBaseError
 from ctxpress.app.kb.terms import QueryTerms
+from ctxpress.app.owner_only import DIR_MODE, owner_only_sqlite
 
 MIN_SQLITE_VERSION = (3, 34, 0)
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -111,7 +112,8 @@ class SqliteKnowledgeStore(SqlKnowledgeStore):
 
     def ensure_schema(self) -> None:
         check_sqlite_support()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        owner_only_sqlite(self.path)  # before SQLite creates it with the umask (its WAL follows)
         with self._connect() as connection:
             connection.execute("PRAGMA journal_mode = WAL")
         with self._connect() as connection:

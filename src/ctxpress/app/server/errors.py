@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from ctxpress.app.server.repositories.runs import BusyReason, BusyState
@@ -43,6 +43,10 @@ class ErrorCode(StrEnum):
     HTTP_ERROR = "http_error"
     INTERNAL_ERROR = "internal_error"
     COMPRESSION_FAILED = "compression_failed"
+    MESSAGE_TOO_LARGE = "message_too_large"
+    UNKNOWN_USER = "unknown_user"
+    TOKEN_NOT_FOUND = "token_not_found"
+    TOO_MANY_FAILED_AUTHENTICATIONS = "too_many_failed_authentications"
 
 
 class ServiceError(Exception):
@@ -50,7 +54,8 @@ class ServiceError(Exception):
 
     status_code: int = 500
     code: ErrorCode = ErrorCode.INTERNAL_ERROR
-    headers: ClassVar[Mapping[str, str] | None] = None
+    #: Headers the answer carries besides the JSON body (e.g. `Retry-After`).
+    headers: Mapping[str, str] | None = None
 
     def __init__(self, message: str, *, details: Any = None) -> None:
         super().__init__(message)
@@ -116,7 +121,7 @@ class CompressionNotSupportedError(BadRequestError):
 class UnauthorizedError(ServiceError):
     status_code = 401
     code = ErrorCode.UNAUTHORIZED
-    headers: ClassVar[Mapping[str, str] | None] = {"WWW-Authenticate": "Bearer"}
+    headers: Mapping[str, str] | None = {"WWW-Authenticate": "Bearer"}
 
 
 class ForbiddenError(ServiceError):
@@ -204,6 +209,32 @@ class RequestValidationFailedError(ServiceError):
 
     status_code = 422
     code = ErrorCode.VALIDATION_ERROR
+
+
+class MessageTooLargeError(PayloadTooLargeError):
+    """A user message whose estimate alone exceeds what the agent accepts in one message (issue 19)."""
+
+    code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+class UnknownUserError(NotFoundError):
+    code = ErrorCode.UNKNOWN_USER
+
+
+class TokenNotFoundError(NotFoundError):
+    code = ErrorCode.TOKEN_NOT_FOUND
+
+
+class TooManyFailedAuthenticationsError(ServiceError):
+    """429 with `Retry-After: <seconds>` while a client address is held back."""
+
+    status_code = 429
+    code = ErrorCode.TOO_MANY_FAILED_AUTHENTICATIONS
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message, details={"retry_after": retry_after})
+        self.retry_after = retry_after
+        self.headers = {"Retry-After": str(retry_after)}
 
 
 # --- 500 / 502: manual compression ----------------------------------------------------------------

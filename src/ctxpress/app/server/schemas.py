@@ -11,7 +11,9 @@ from ctxpress.app.server.db.models import Conversation, Message, Run, User
 from ctxpress.app.server.errors import ErrorCode
 from ctxpress.app.server.repositories.runs import BusyReason, BusyState
 from ctxpress.app.server.runtime.agents import AgentRuntime
+from ctxpress.app.server.serialization import MAX_STORED_JSON_DEPTH, storable_json, storable_text
 from ctxpress.app.server.usecases.compression import FAILURE_STATUS, CompressionOutcome, ContextStatus
+from ctxpress.app.server.usecases.message_limits import message_budget
 from ctxpress.manual import FailedPart
 from ctxpress.pressure import RequestPressure
 from ctxpress.summary.event import SummarizationEvent
@@ -31,23 +33,34 @@ class CreateConversationRequest(RequestBody):
 
 
 class CreateRunRequest(RequestBody):
-    input: str = Field(min_length=1, description="The user's message.")
+    input: str = Field(
+        min_length=1,
+        description="The user's message (NUL and lone surrogates are kept as U+FFFD, as in the chat record).",
+    )
 
     @field_validator("input")
     @classmethod
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("input must contain more than white space")
-        return value
+        return storable_text(value)
 
 
 class ResumeRunRequest(RequestBody):
     value: JsonValue = Field(
-        description="The answer handed to the waiting interrupt (e.g. the user's reply)."
+        description="The answer handed to the waiting interrupt (e.g. the user's reply). Integers within "
+        f"64 bits, finite numbers, at most {MAX_STORED_JSON_DEPTH} levels of nesting."
     )
     interrupt_id: str | None = Field(
         default=None, max_length=128, description="Needed when several are pending."
     )
+
+    @field_validator("value")
+    @classmethod
+    def _storable(cls, value: JsonValue) -> JsonValue:
+        # The answer goes into the checkpoint (msgpack: 64-bit integers, bounded nesting) and the
+        # runs table (PostgreSQL JSONB: no NaN, no NUL): refuse here what either would fail on later.
+        return storable_json(value)
 
 
 # --- error bodies (`errors.py` renders them; these document them) -------------------------------
@@ -112,9 +125,14 @@ class AgentOut(BaseModel):
     notice: str | None
     capabilities: list[str]
     compression: dict[str, Any]
+    #: The largest user message this agent accepts, in approximate tokens (larger ones answer 413
+    #: `message_too_large`), and what it is derived from.
+    max_message_tokens: int
+    message_budget: dict[str, int | None]
 
     @classmethod
     def of(cls, runtime: AgentRuntime, *, default: bool) -> AgentOut:
+        budget = message_budget(runtime)
         definition = runtime.definition
         return cls(
             name=runtime.name,
@@ -128,6 +146,8 @@ class AgentOut(BaseModel):
                 **definition.compression.model_dump(),
                 "threshold_tokens": definition.compression.threshold_tokens,
             },
+            max_message_tokens=budget.max_message_tokens,
+            message_budget=budget.as_dict(),
         )
 
 

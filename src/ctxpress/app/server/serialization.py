@@ -23,6 +23,12 @@ from langchain_core.messages import (
 from pydantic import BaseModel
 
 MAX_DEPTH = 64
+#: Integers the checkpoint's msgpack encoding (and a BIGINT) holds.
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+#: Nesting accepted in a JSON value the service stores (msgpack stops at 255 levels, with the
+#: message around the value taking some of them).
+MAX_STORED_JSON_DEPTH = 32
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -35,6 +41,30 @@ def storable_text(text: str) -> str:
     except UnicodeEncodeError:
         text = _LONE_SURROGATE.sub("\ufffd", text)
     return text
+
+
+def storable_json(value: Any, _depth: int = 0) -> Any:
+    """`value` with its strings repaired (`storable_text`); ValueError for what neither the checkpoint
+    nor PostgreSQL can hold: integers beyond 64 bits, NaN / infinities, deeper nesting than allowed."""
+    if _depth > MAX_STORED_JSON_DEPTH:
+        raise ValueError(f"the value is nested more than {MAX_STORED_JSON_DEPTH} levels deep")
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ValueError("integers must fit in 64 bits (-2**63 to 2**63-1); send larger numbers as text")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("numbers must be finite (no NaN or Infinity)")
+        return value
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, Mapping):
+        return {storable_text(str(key)): storable_json(item, _depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable_json(item, _depth + 1) for item in value]
+    raise ValueError(f"not a JSON value: {type(value).__name__}")
 
 
 def to_jsonable(value: Any, _depth: int = 0) -> Any:

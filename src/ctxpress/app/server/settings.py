@@ -65,6 +65,33 @@ class Settings(BaseSettings):
     )
     sse_ping_seconds: float = Field(default=15.0, gt=0)
     run_recursion_limit: int = Field(default=100, ge=5, description="LangGraph steps allowed per run.")
+    workdir_max_file_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1024,
+        description="Largest file the agent's file tools (write_file, edit_file) may write.",
+    )
+    workdir_max_bytes: int = Field(
+        default=512 * 1024 * 1024,
+        ge=1024,
+        description="Largest total of a conversation's workdir the agent's file tools may write up to "
+        "(compression's own files count, but are never refused).",
+    )
+    auth_failure_limit: int = Field(
+        default=20,
+        ge=1,
+        description="Wrong tokens a client address may present per window before it gets 429.",
+    )
+    auth_failure_window_seconds: float = Field(
+        default=60.0, gt=0, description="The window of auth_failure_limit, in seconds."
+    )
+    redis_url: str | None = Field(
+        default=None,
+        description="Redis (redis://host:6379/0) for state every process shares: the failed-authentication "
+        "counts. Unset: each process counts alone.",
+    )
+    redis_key_prefix: str = Field(
+        default="ctxpress", min_length=1, max_length=64, description="Prefix of this service's Redis keys."
+    )
     tool_result_preview_chars: int = Field(
         default=4000,
         ge=100,
@@ -80,6 +107,15 @@ class Settings(BaseSettings):
         if isinstance(value, list | tuple):
             return tuple(str(item).strip().lower() for item in value if str(item).strip())
         return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_or_nothing(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if not value.strip().startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("redis_url must be a redis://, rediss:// or unix:// URL")
+        return value.strip()
 
     @field_validator("database_url")
     @classmethod

@@ -46,11 +46,18 @@ USAGE_MAIN: Final = "main"
 USAGE_SUMMARY: Final = "summary"
 
 ID_LENGTH: Final = 32
+_HEX_DIGITS: Final = frozenset("0123456789abcdef")
 
 
 def new_id() -> str:
     """Public identifiers: random, unguessable, URL-safe (uuid4 hex)."""
     return uuid.uuid4().hex
+
+
+def is_public_id(value: str) -> bool:
+    """The shape of `new_id()`: anything else names no row and never reaches a query (PostgreSQL
+    refuses NUL in text, so an id like `%00` would otherwise fail there instead of answering 404)."""
+    return len(value) == ID_LENGTH and all(ch in _HEX_DIGITS for ch in value)
 
 
 def utcnow() -> datetime:
@@ -106,7 +113,10 @@ class User(Base):
 
 
 class ApiToken(Base):
-    """Bearer tokens, stored as SHA-256 digests (tokens are 256-bit random, so a fast hash suffices)."""
+    """Bearer tokens, stored as SHA-256 digests (tokens are 256-bit random, so a fast hash suffices).
+
+    A token is valid while `revoked_at` is NULL and `expires_at` is NULL or later than now; every
+    request reads the row, so a revocation holds at once on every service process."""
 
     __tablename__ = "api_tokens"
 
@@ -116,6 +126,7 @@ class ApiToken(Base):
     label: Mapped[str] = mapped_column(String(64), default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+    expires_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class AgentRecord(Base):

@@ -5,7 +5,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxpress.app.server.db.models import Conversation
+from ctxpress.app.server.db.models import Conversation, is_public_id
 
 
 class ConversationRepository:
@@ -38,6 +38,8 @@ class ConversationRepository:
         return (await self.session.execute(query)).scalar_one_or_none()
 
     async def get_owned(self, conversation_id: str, owner_id: str) -> Conversation | None:
+        if not is_public_id(conversation_id):
+            return None
         query = select(Conversation).where(
             Conversation.id == conversation_id, Conversation.owner_id == owner_id
         )

@@ -17,6 +17,7 @@ from ctxpress.app.server.db.models import (
     RUN_WAITING_INPUT,
     Conversation,
     Run,
+    is_public_id,
     utcnow,
 )
 
@@ -58,10 +59,22 @@ class RunRepository:
         return await self.session.get(Run, run_id, populate_existing=True)
 
     async def get_owned(self, run_id: str, owner_id: str) -> Run | None:
+        if not is_public_id(run_id):
+            return None
         query = (
             select(Run)
             .join(Conversation, Conversation.id == Run.conversation_id)
             .where(Run.id == run_id, Conversation.owner_id == owner_id)
+        )
+        return (await self.session.execute(query)).scalar_one_or_none()
+
+    async def previous(self, run: Run) -> Run | None:
+        """The conversation's run queued right before `run`."""
+        query = (
+            select(Run)
+            .where(Run.conversation_id == run.conversation_id, Run.queue_seq < run.queue_seq)
+            .order_by(Run.queue_seq.desc())
+            .limit(1)
         )
         return (await self.session.execute(query)).scalar_one_or_none()
 

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
-from sqlalchemy import func, select
+import builtins
+from datetime import datetime
+
+from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxpress.app.server.db.models import ApiToken, User
+from ctxpress.app.server.db.models import ApiToken, User, is_public_id, utcnow
 
 
 class UserRepository:
@@ -14,6 +17,8 @@ class UserRepository:
         return await self.session.get(User, user_id)
 
     async def by_name(self, name: str) -> User | None:
+        if "\x00" in name:  # no user name holds one, and PostgreSQL refuses it in a query
+            return None
         return (await self.session.execute(select(User).where(User.name == name))).scalar_one_or_none()
 
     async def count(self) -> int:
@@ -28,16 +33,38 @@ class UserRepository:
         await self.session.flush()
         return user
 
-    async def add_token(self, user: User, token_sha256: str, label: str) -> ApiToken:
-        token = ApiToken(user_id=user.id, token_sha256=token_sha256, label=label)
+    async def add_token(
+        self, user: User, token_sha256: str, label: str, expires_at: datetime | None = None
+    ) -> ApiToken:
+        token = ApiToken(user_id=user.id, token_sha256=token_sha256, label=label, expires_at=expires_at)
         self.session.add(token)
         await self.session.flush()
         return token
 
     async def by_token_digest(self, token_sha256: str) -> User | None:
+        """The user of a token that is neither revoked nor expired."""
         query = (
             select(User)
             .join(ApiToken, ApiToken.user_id == User.id)
-            .where(ApiToken.token_sha256 == token_sha256, ApiToken.revoked_at.is_(None))
+            .where(
+                ApiToken.token_sha256 == token_sha256,
+                ApiToken.revoked_at.is_(None),
+                or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > utcnow()),
+            )
         )
         return (await self.session.execute(query)).scalar_one_or_none()
+
+    async def tokens(self, user_id: str | None = None) -> builtins.list[tuple[ApiToken, str]]:
+        """Tokens (of one user, or all) with their user's name, oldest first."""
+        query = select(ApiToken, User.name).join(User, User.id == ApiToken.user_id)
+        if user_id is not None:
+            query = query.where(ApiToken.user_id == user_id)
+        rows = await self.session.execute(query.order_by(ApiToken.created_at, ApiToken.id))
+        return [(token, name) for token, name in rows.tuples()]
+
+    async def token(self, token_id: str) -> tuple[ApiToken, str] | None:
+        if not is_public_id(token_id):
+            return None
+        query = select(ApiToken, User.name).join(User, User.id == ApiToken.user_id)
+        row = (await self.session.execute(query.where(ApiToken.id == token_id))).tuples().first()
+        return (row[0], row[1]) if row else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from ctxpress.app.server.routes.deps import ConversationDep, ServicesDep
+from ctxpress.app.server.routes.deps import AUTHENTICATED_RESPONSES, ConversationDep, ServicesDep
 from ctxpress.app.server.schemas import (
     CompressionFailedResponse,
     CompressOut,
@@ -23,7 +23,7 @@ from ctxpress.app.server.schemas import (
 router = APIRouter(
     prefix="/api/conversations",
     tags=["compression"],
-    responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
+    responses={**AUTHENTICATED_RESPONSES, 404: {"model": ErrorResponse}},
 )
 
 

@@ -1,12 +1,18 @@
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
 from ctxpress.app.server.db.models import RUN_QUEUED
-from ctxpress.app.server.routes.deps import MAX_ROW_ID, ConversationDep, ServicesDep, UserDep
+from ctxpress.app.server.routes.deps import (
+    AUTHENTICATED_RESPONSES,
+    MAX_ROW_ID,
+    ConversationDep,
+    ServicesDep,
+    UserDep,
+    UtcInstant,
+)
 from ctxpress.app.server.schemas import (
     ConversationOut,
     ConversationPage,
@@ -26,7 +32,7 @@ from ctxpress.app.server.schemas import (
 router = APIRouter(
     prefix="/api/conversations",
     tags=["conversations"],
-    responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
+    responses={**AUTHENTICATED_RESPONSES, 404: {"model": ErrorResponse}},
 )
 
 PAGE_LIMIT_MAX = 500
@@ -36,7 +42,10 @@ PAGE_LIMIT_MAX = 500
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=ConversationOut,
-    responses={400: {"model": ErrorResponse, "description": "No agent of that name (`unknown_agent`)."}},
+    responses={
+        400: {"model": ErrorResponse, "description": "No agent of that name (`unknown_agent`)."},
+        413: {"model": ErrorResponse, "description": "The body is larger than `max_body_bytes`."},
+    },
 )
 async def create_conversation(
     body: CreateConversationRequest, user: UserDep, services: ServicesDep
@@ -49,7 +58,9 @@ async def create_conversation(
 async def list_conversations(
     user: UserDep,
     services: ServicesDep,
-    before: Annotated[datetime | None, Query(description="`next_before` of the previous page")] = None,
+    before: Annotated[
+        UtcInstant | None, Query(description="`next_before` of the previous page (with its UTC offset)")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = 50,
 ) -> ConversationPage:
     items = await services.conversations.list_owned(user, before=before, limit=limit)

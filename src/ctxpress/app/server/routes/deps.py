@@ -2,18 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import AfterValidator
 
 from ctxpress.app.server.db.models import Conversation, User
 from ctxpress.app.server.errors import UnauthorizedError
 from ctxpress.app.server.runtime.container import Services
+from ctxpress.app.server.schemas import ErrorResponse
 
 #: The largest row id both databases store (BIGINT): larger cursors are rejected with 422/400, never
 #: passed on to the database (where they would fail with a 500).
 MAX_ROW_ID = 2**63 - 1
+
+
+def utc_instant(value: datetime) -> datetime:
+    """An instant the database can compare: with its UTC offset, and within years 1-9999 in UTC."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(
+            "give the instant with its UTC offset, e.g. 2026-01-01T00:00:00Z "
+            "(a date alone or a time without offset is ambiguous)"
+        )
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("the instant is outside years 1-9999 once converted to UTC") from None
+
+
+#: A date-time query parameter: naive, date-only or out-of-range values answer 422, never reach SQL.
+UtcInstant = Annotated[datetime, AfterValidator(utc_instant)]
 
 _bearer = HTTPBearer(auto_error=False, description="A token printed by `ctxpress users create NAME`.")
 
@@ -26,14 +46,33 @@ def get_services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
+#: What every authenticated operation may answer besides its own statuses.
+AUTHENTICATED_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "No token, or not a valid one."},
+    429: {
+        "model": ErrorResponse,
+        "description": "Too many failed authentications from this address; see Retry-After.",
+    },
+}
+
+
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
 async def current_user(
+    request: Request,
     services: ServicesDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> User:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise UnauthorizedError("send 'Authorization: Bearer <token>'")
+    address = client_address(request)
+    # Before the token is looked at: a held-back address learns nothing from any answer.
+    await services.auth_throttle.check(address)
     user = await services.auth.authenticate(credentials.credentials)
     if user is None:
+        await services.auth_throttle.record_failure(address)
         raise UnauthorizedError("the token is not valid")
     return user
 

@@ -6,13 +6,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from ctxpress.app.server.routes.deps import ConversationDep, ServicesDep
+from ctxpress.app.server.routes.deps import AUTHENTICATED_RESPONSES, ConversationDep, ServicesDep
 from ctxpress.app.server.schemas import ErrorResponse, FileList, FileOut
 
 router = APIRouter(
     prefix="/api/conversations",
     tags=["files"],
-    responses={400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
+    responses={**AUTHENTICATED_RESPONSES, 400: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
 )
 
 #: Served as text; anything else is a download. Never text/html: files may hold model-written markup.

@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from ctxpress import __version__
-from ctxpress.app.server.routes.deps import ServicesDep, UserDep
+from ctxpress.app.server.routes.deps import AUTHENTICATED_RESPONSES, ServicesDep, UserDep
 from ctxpress.app.server.schemas import AgentOut, HealthOut, UserOut, VocabularyOut
 from ctxpress.app.server.vocabulary import vocabulary
 
@@ -29,12 +29,12 @@ async def get_vocabulary() -> VocabularyOut:
     return vocabulary()
 
 
-@router.get("/me", response_model=UserOut)
+@router.get("/me", response_model=UserOut, responses=AUTHENTICATED_RESPONSES)
 async def me(user: UserDep) -> UserOut:
     return UserOut.of(user)
 
 
-@router.get("/agents", response_model=list[AgentOut])
+@router.get("/agents", response_model=list[AgentOut], responses=AUTHENTICATED_RESPONSES)
 async def list_agents(services: ServicesDep, user: UserDep) -> list[AgentOut]:
     return [
         AgentOut.of(agent, default=agent.name == services.agents.default_name)

@@ -8,14 +8,14 @@ from fastapi import APIRouter, Header, Query, status
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ctxpress.app.server.errors import InvalidLastEventIdError
-from ctxpress.app.server.routes.deps import MAX_ROW_ID, ServicesDep, UserDep
+from ctxpress.app.server.routes.deps import AUTHENTICATED_RESPONSES, MAX_ROW_ID, ServicesDep, UserDep
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.schemas import ErrorResponse, ResumeRunRequest, RunOut
 
 router = APIRouter(
     prefix="/api/runs",
     tags=["runs"],
-    responses={401: {"model": ErrorResponse}, 404: {"model": ErrorResponse}},
+    responses={**AUTHENTICATED_RESPONSES, 404: {"model": ErrorResponse}},
 )
 
 
@@ -28,7 +28,10 @@ async def get_run(run_id: str, user: UserDep, services: ServicesDep) -> RunOut:
     "/{run_id}/resume",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=RunOut,
-    responses={409: {"model": ErrorResponse}},
+    responses={
+        409: {"model": ErrorResponse},
+        413: {"model": ErrorResponse, "description": "The body is larger than `max_body_bytes`."},
+    },
 )
 async def resume_run(run_id: str, body: ResumeRunRequest, user: UserDep, services: ServicesDep) -> RunOut:
     """Answer the question a run asked (`interrupt` event); the run continues."""

@@ -60,17 +60,22 @@ router = APIRouter(tags=["web"], include_in_schema=False)
 
 def _static_file(relative: str) -> FileResponse:
     parts = PurePosixPath(relative).parts
-    if not parts or any(part in ("..", ".") or part.startswith(".") or "\\" in part for part in parts):
+    if not parts or any(_unsafe_part(part) for part in parts):
         raise NotFoundError("no such asset")
     path = STATIC_DIR.joinpath(*parts)
     media_type = _MEDIA_TYPES.get(path.suffix.lower())
     try:
         inside = path.resolve().is_relative_to(STATIC_DIR.resolve())
-    except OSError:
+    except (OSError, ValueError):  # ValueError: what the OS cannot name (NUL is refused above)
         inside = False
     if media_type is None or not inside or not path.is_file():
         raise NotFoundError("no such asset")
     return FileResponse(path, media_type=media_type, headers=_SECURITY_HEADERS)
+
+
+def _unsafe_part(part: str) -> bool:
+    """Traversal, hidden files, backslashes and NUL (which the OS refuses with an error, not a 404)."""
+    return part in ("..", ".") or part.startswith(".") or "\\" in part or "\x00" in part
 
 
 @router.api_route("/", methods=["GET", "HEAD"])

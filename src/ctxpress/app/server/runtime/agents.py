@@ -23,6 +23,7 @@ from langgraph.graph.state import CompiledStateGraph
 from ctxpress.app.models import BUILTIN_NOTICE
 from ctxpress.app.server.agents_file import CONTEXT_COMPRESSION, AgentConfigError, AgentDefinition
 from ctxpress.app.server.runtime.pressure_recording import publish_pressure
+from ctxpress.app.server.runtime.storable_state import StorableStateMiddleware
 from ctxpress.app.server.runtime.tools import resolve_tools
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.compaction import CompactionCache
@@ -174,6 +175,9 @@ def _build_runtime(
             *agent_middleware(
                 definition, summary_model=summary_model, workdirs=workdirs, counter=counter, cache=cache
             ),
+            # Replies and tool results the checkpointer could not store are repaired in their node,
+            # before the chat record sees them (the two would disagree otherwise).
+            StorableStateMiddleware(checkpointer.serde),
             # Innermost: real servers word "context exceeded" in many ways (llama.cpp, vLLM, Ollama,
             # DeepSeek, SiliconFlow…); only a ContextOverflowError reaches the forced summary (S6).
             OverflowMappingMiddleware(),

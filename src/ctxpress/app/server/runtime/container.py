@@ -35,17 +35,20 @@ from pathlib import Path
 from typing import IO, Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from redis.asyncio import Redis
 
 from ctxpress.app.kb.tools import retrieval_tools
+from ctxpress.app.owner_only import DIR_MODE, owner_only_dir, owner_only_file, owner_only_sqlite
 from ctxpress.app.server.agents_file import AgentDefinition, default_agent, load_agents_file
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.migrate import schema_change_lock, upgrade_on
 from ctxpress.app.server.knowledge import open_knowledge_base
 from ctxpress.app.server.runtime.agents import AgentRegistry
+from ctxpress.app.server.runtime.auth_throttle import AuthThrottle, auth_throttle
 from ctxpress.app.server.runtime.checkpoints import open_checkpointer
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.execution import RunExecutor
-from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
+from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs, WorkdirQuota
 from ctxpress.app.server.runtime.worker import RunWorker, new_worker_id
 from ctxpress.app.server.settings import Settings
 from ctxpress.app.server.usecases.auth import AuthService, IssuedToken
@@ -58,7 +61,6 @@ from ctxpress.app.server.usecases.usage import UsageService
 
 logger = logging.getLogger(__name__)
 
-DATA_DIR_MODE = 0o700
 SERVER_LOCK_FILE = "server.lock"
 
 
@@ -82,6 +84,8 @@ class Services:
     runs: RunService
     #: Manual compression (S17–S19) and the context status panel (S22).
     compression: CompressionService
+    #: Failed authentications per client address (shared through Redis when configured).
+    auth_throttle: AuthThrottle
     #: Set when this start created the first user (printed once by `ctxpress serve`).
     bootstrap_admin: IssuedToken | None = None
 
@@ -93,8 +97,15 @@ def agent_definitions(settings: Settings) -> list[AgentDefinition]:
 
 
 def prepare_data_dir(settings: Settings) -> None:
-    settings.data_dir.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
-    settings.workdirs_dir.mkdir(mode=DATA_DIR_MODE, parents=True, exist_ok=True)
+    """The data directory and the workdirs' folder 0700, the SQLite files 0600 (`owner_only`)."""
+    owner_only_dir(settings.data_dir)
+    owner_only_dir(settings.workdirs_dir)
+    target = settings.database()
+    if target.backend == "sqlite" and target.sqlalchemy_url.database:
+        database_file = Path(target.sqlalchemy_url.database)
+        database_file.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        owner_only_sqlite(database_file)
+        owner_only_sqlite(Path(target.checkpoint_target))
 
 
 @asynccontextmanager
@@ -127,7 +138,22 @@ async def open_services(
             await upgrade_on(connection)
             await checkpointer.setup()
 
-        workdirs = ConversationWorkdirs(settings.workdirs_dir)
+        redis = None
+        if settings.redis_url:
+            redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=2)
+            stack.push_async_callback(redis.aclose)
+        throttle = auth_throttle(
+            max_failures=settings.auth_failure_limit,
+            window_seconds=settings.auth_failure_window_seconds,
+            redis=redis,
+            redis_prefix=settings.redis_key_prefix,
+        )
+        workdirs = ConversationWorkdirs(
+            settings.workdirs_dir,
+            quota=WorkdirQuota(
+                max_file_bytes=settings.workdir_max_file_bytes, max_workdir_bytes=settings.workdir_max_bytes
+            ),
+        )
         # query_kb over the service's knowledge base; web_search when a search API is configured
         retrieval = retrieval_tools(open_knowledge_base(settings))
         registry = AgentRegistry(
@@ -171,11 +197,16 @@ async def open_services(
             files=FileService(workdirs),
             worker=worker,
             runs=RunService(
-                database=database, events=events, worker=worker, max_input_chars=settings.max_input_chars
+                database=database,
+                events=events,
+                worker=worker,
+                agents=registry,
+                max_input_chars=settings.max_input_chars,
             ),
             compression=CompressionService(
                 database=database, agents=registry, workdirs=workdirs, pressure=PressureService(database)
             ),
+            auth_throttle=throttle,
         )
         await services.conversations.sync_agents()
         services.bootstrap_admin = await services.auth.ensure_admin()
@@ -193,6 +224,7 @@ def _exclusive_server_lock(data_dir: Path) -> Iterator[None]:
         return
     import fcntl
 
+    owner_only_file(data_dir / SERVER_LOCK_FILE)
     handle: IO[str] = open(data_dir / SERVER_LOCK_FILE, "a+")  # noqa: SIM115 - held for the service's life
     try:
         try:

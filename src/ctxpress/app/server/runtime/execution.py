@@ -36,14 +36,20 @@ from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.locks import conversation_lock
 from ctxpress.app.server.runtime.pressure_recording import record_pressure_event
 from ctxpress.app.server.runtime.stream_mapping import MappedItem, RecordedMessage, StreamMapper
+from ctxpress.app.server.runtime.unanswered_calls import (
+    SERVICE_STOPPED_ERROR,
+    conversation_language,
+    unanswered_call_text,
+    unanswered_reason,
+)
 from ctxpress.app.server.runtime.usage_recording import UsageCollector, UsageExclusion
 from ctxpress.app.server.serialization import to_jsonable
+from ctxpress.summary.event import is_summary_message
 
 logger = logging.getLogger(__name__)
 
 STREAM_MODES: Final[list[StreamMode]] = ["messages", "updates", "custom"]
 MAX_ERROR_CHARS = 2000
-UNANSWERED_TOOL_CALL = "（用户没有回答，该请求已取消 · the user did not answer; the request was cancelled）"
 
 StopReason = Literal["cancelled", "shutdown", "lease_lost"]
 
@@ -121,7 +127,7 @@ class RunExecutor:
             if active.stop_reason == "cancelled":
                 outcome = Outcome(RUN_CANCELLED)
             else:
-                outcome = Outcome(RUN_FAILED, "the service stopped while the run was executing")
+                outcome = Outcome(RUN_FAILED, SERVICE_STOPPED_ERROR)
         except Exception as exc:
             logger.exception("run %s failed", run.id)
             outcome = Outcome(RUN_FAILED, _describe_error(exc))
@@ -177,12 +183,12 @@ class RunExecutor:
         kept = [message for message in history if message.id not in lost_ids]
         lost_results = {m.tool_call_id: m for m in lost if isinstance(m, ToolMessage)}
         # A run cancelled while waiting for an answer (or killed mid-step) leaves tool calls without
-        # results, which most providers reject; answer them before the new message.
+        # results, which most providers reject; answer them before the new message, saying why.
+        unanswered = [(i, n) for i, n in _unanswered_tool_calls(kept) if i not in lost_results]
+        text = await self._unanswered_text(run, state, kept) if unanswered else ""
         patches: list[BaseMessage] = [
             lost_results.get(call_id)
-            or ToolMessage(
-                content=UNANSWERED_TOOL_CALL, tool_call_id=call_id, name=name, id=str(uuid.uuid4())
-            )
+            or ToolMessage(content=text, tool_call_id=call_id, name=name, id=str(uuid.uuid4()))
             for call_id, name in _unanswered_tool_calls(kept)
         ]
         user_message = HumanMessage(content=run.input["text"], id=run.input["message_id"])
@@ -196,6 +202,15 @@ class RunExecutor:
             await messages.append(run.conversation_id, run.id, user_message)
             await session.commit()
         return {"messages": [*patches, user_message]}
+
+    async def _unanswered_text(self, run: Run, state: StateSnapshot, history: list[BaseMessage]) -> str:
+        async with self.database.session() as session:
+            previous = await RunRepository(session).previous(run)
+        reason = unanswered_reason(waiting_for_user=bool(state.interrupts), previous_run=previous)
+        user_texts = [
+            str(m.text) for m in history if isinstance(m, HumanMessage) and not is_summary_message(m)
+        ]
+        return unanswered_call_text(reason, conversation_language(user_texts or [run.input["text"]]))
 
     async def _publish(self, run: Run, item: MappedItem) -> None:
         async with self.database.session() as session:

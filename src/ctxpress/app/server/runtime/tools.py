@@ -10,15 +10,20 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from langchain_core.tools import BaseTool, StructuredTool, tool
 from langgraph.types import interrupt
+from pydantic import Field
 
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
-from ctxpress.workdir import WorkdirError, read_text, write_text
+from ctxpress.workdir import LocalWorkdir, WorkdirError, encode_text, read_text, write_text
 
 READ_FILE_MAX_CHARS = 20_000
+#: The largest integer every JSON reader keeps exactly; larger tool arguments are refused.
+MAX_TOOL_INT = 2**53 - 1
+#: A count or position argument: the model gets a validation error (a tool message) outside it.
+ToolInt = Annotated[int, Field(ge=0, le=MAX_TOOL_INT)]
 GREP_MAX_MATCHES = 50
 GREP_LINE_CHARS = 300
 ToolSpec = str | BaseTool | Callable[..., Any]
@@ -42,7 +47,7 @@ def workdir_tools(workdirs: ConversationWorkdirs) -> list[BaseTool]:
             return f"error: {exc}"
         return "\n".join(f"{item.path} ({item.size} bytes)" for item in files) or "(no files)"
 
-    def read_file(path: str, offset: int = 0, limit: int = READ_FILE_MAX_CHARS) -> str:
+    def read_file(path: str, offset: ToolInt = 0, limit: ToolInt = READ_FILE_MAX_CHARS) -> str:
         """Read a text file from the conversation's workdir, `limit` characters from `offset`."""
         try:
             text = read_text(workdirs.for_current_thread(), path)
@@ -53,10 +58,17 @@ def workdir_tools(workdirs: ConversationWorkdirs) -> list[BaseTool]:
         remaining = len(text) - max(0, offset) - len(part)
         return part + (f"\n…({remaining} more characters; read on with offset)" if remaining > 0 else "")
 
+    def within_quota(workdir: LocalWorkdir, path: str, new_size: int) -> None:
+        if workdirs.quota is not None:
+            workdirs.quota.check(workdir, path, new_size)
+
     def write_file(path: str, content: str) -> str:
         """Create or replace a text file in the conversation's workdir."""
+        workdir = workdirs.for_current_thread()
         try:
-            stored = write_text(workdirs.for_current_thread(), path, content)
+            data = encode_text(content)
+            within_quota(workdir, path, len(data))
+            stored = workdir.write_bytes(path, data)
         except WorkdirError as exc:
             return f"error: {exc}"
         return f"wrote {stored} ({len(content)} characters)"
@@ -106,10 +118,16 @@ def workdir_tools(workdirs: ConversationWorkdirs) -> list[BaseTool]:
             return (
                 f"error: the text to replace occurs {count} times in {path}; give more context or replace_all"
             )
-        updated = (
-            text.replace(old_string, new_string) if replace_all else text.replace(old_string, new_string, 1)
-        )
+        replacements = count if replace_all else 1
+        growth = len(encode_text(new_string)) - len(encode_text(old_string))
         try:
+            # The size of the result, known before it is built (replace_all can multiply a file).
+            within_quota(workdir, path, len(encode_text(text)) + replacements * growth)
+            updated = (
+                text.replace(old_string, new_string)
+                if replace_all
+                else text.replace(old_string, new_string, 1)
+            )
             stored = write_text(workdir, path, updated)
         except WorkdirError as exc:
             return f"error: {exc}"

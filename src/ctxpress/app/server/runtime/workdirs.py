@@ -11,12 +11,13 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from langchain.agents.middleware.types import ModelRequest
 from langgraph.config import get_config
 
-from ctxpress.workdir import LocalWorkdir, Workdir
+from ctxpress.workdir import LocalWorkdir, Workdir, WorkdirWriteError, normalize_relative_path
 
 _CONVERSATION_ID = re.compile(r"^[0-9a-f]{32}$")
 WORKDIRS_DIR_NAME = "workdirs"
@@ -26,9 +27,42 @@ class WorkdirNotAvailableError(RuntimeError):
     """No conversation thread in the current LangGraph config (the code runs outside a run)."""
 
 
+class WorkdirQuotaError(WorkdirWriteError):
+    """A write of the agent's file tools would exceed the per-file or the per-workdir quota."""
+
+
+@dataclass(frozen=True)
+class WorkdirQuota:
+    """Limits on what the agent's file tools write (`write_file`, `edit_file`), checked before the
+    write — before an edit is even built in memory. Every file counts toward the workdir's total,
+    but compression's own files (offloaded results, history) are never refused: they are how a
+    large result leaves the context."""
+
+    max_file_bytes: int
+    max_workdir_bytes: int
+
+    def check(self, workdir: LocalWorkdir, path: str, new_size: int) -> None:
+        """Raise `WorkdirQuotaError` when writing `new_size` bytes at `path` would exceed a quota."""
+        relative = normalize_relative_path(path)
+        if new_size > self.max_file_bytes:
+            raise WorkdirQuotaError(
+                f"{relative} would be {new_size:,} bytes, over the limit of {self.max_file_bytes:,} "
+                "bytes per file; write less (e.g. split the content) or keep a summary"
+            )
+        others = sum(item.size for item in workdir.list_files() if item.path != relative)
+        if others + new_size > self.max_workdir_bytes:
+            raise WorkdirQuotaError(
+                f"writing {relative} ({new_size:,} bytes) would bring the workdir to "
+                f"{others + new_size:,} bytes, over its limit of {self.max_workdir_bytes:,} bytes; "
+                "shorten this file or an earlier note of yours"
+            )
+
+
 class ConversationWorkdirs:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, quota: WorkdirQuota | None = None) -> None:
         self.root = root
+        #: Limits on the agent's file tools; None: unlimited.
+        self.quota = quota
         self._handles: Counter[str] = Counter()
         self._handles_lock = threading.Lock()  # counted from the service loop, read by tests' threads
 

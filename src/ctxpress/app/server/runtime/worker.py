@@ -29,12 +29,10 @@ from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.execution import ActiveRun, RunExecutor
 from ctxpress.app.server.runtime.locks import try_conversation_lock
+from ctxpress.app.server.runtime.unanswered_calls import LEASE_EXPIRED_ERROR
 
 logger = logging.getLogger(__name__)
 
-LEASE_EXPIRED_ERROR = (
-    "the worker executing this run stopped before it finished (its lease expired); send the message again"
-)
 RECOVERY_BATCH = 100
 SHUTDOWN_GRACE_SECONDS = 10.0
 

@@ -22,11 +22,11 @@ class FileService:
     def read(self, conversation_id: str, path: str) -> bytes:
         workdir = self.workdirs.for_conversation(conversation_id)
         try:
-            data = workdir.read_bytes(path)
+            # The size first: a file over the limit is refused without reading it into memory.
+            if workdir.file_size(path) > MAX_FILE_BYTES:
+                raise PayloadTooLargeError(f"the file is larger than {MAX_FILE_BYTES} bytes")
+            return workdir.read_bytes(path)
         except WorkdirPathError as exc:
             raise InvalidPathError(str(exc)) from None
         except WorkdirNotFoundError:
             raise NotFoundError("no such file in the conversation's workdir") from None
-        if len(data) > MAX_FILE_BYTES:
-            raise PayloadTooLargeError(f"the file is larger than {MAX_FILE_BYTES} bytes")
-        return data

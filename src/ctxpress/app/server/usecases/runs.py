@@ -27,9 +27,11 @@ from ctxpress.app.server.errors import (
 from ctxpress.app.server.repositories.conversations import ConversationRepository
 from ctxpress.app.server.repositories.runs import BusyState, RunRepository
 from ctxpress.app.server.runtime import events
+from ctxpress.app.server.runtime.agents import AgentRegistry
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.locks import conversation_lock
 from ctxpress.app.server.runtime.worker import RunWorker
+from ctxpress.app.server.usecases.message_limits import check_message_size
 
 WORKERS_BUSY = "workers_busy"
 
@@ -48,11 +50,18 @@ class Intake:
 
 class RunService:
     def __init__(
-        self, *, database: Database, events: EventLog, worker: RunWorker, max_input_chars: int
+        self,
+        *,
+        database: Database,
+        events: EventLog,
+        worker: RunWorker,
+        agents: AgentRegistry,
+        max_input_chars: int,
     ) -> None:
         self.database = database
         self.events = events
         self.worker = worker
+        self.agents = agents
         self.max_input_chars = max_input_chars
 
     async def submit(self, user: User, conversation_id: str, text: str) -> Intake:
@@ -60,8 +69,11 @@ class RunService:
         if len(text) > self.max_input_chars:
             raise InputTooLongError(f"input is longer than {self.max_input_chars} characters")
         async with self.database.session() as session:
-            if await ConversationRepository(session).get_owned(conversation_id, user.id) is None:
+            conversation = await ConversationRepository(session).get_owned(conversation_id, user.id)
+            if conversation is None:
                 raise NotFoundError("conversation not found")
+            if (runtime := self.agents.get(conversation.agent_name)) is not None:
+                check_message_size(runtime, text)  # before anything is stored
             # Hand the connection back before waiting for the lock: on SQLite the lock is an
             # asyncio.Lock, and waiters holding pool connections starve the holder (pool deadlock).
             await session.rollback()
