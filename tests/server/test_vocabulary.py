@@ -19,8 +19,9 @@ from tests.fakes import ScriptedChatModel
 from .conftest import ServerFactory
 from .fakes import echo_script
 
-#: About 2,000 tokens per message against a 1 K threshold: every call compresses, from the third turn with a summary.
-LONG_TEXT = "北京的景点很多，故宫、颐和园、天坛都值得一去。" * 100
+#: About 500 tokens per message (under the agent's per-message limit) against a 1 K threshold: the
+#: echoed replies push every call from the second turn over it, and L1 alone cannot help (no tools).
+LONG_TEXT = "北京的景点很多，故宫、颐和园、天坛都值得一去。" * 35
 
 
 def summary_script(_messages: Sequence[BaseMessage]) -> AIMessage:
@@ -44,7 +45,7 @@ def test_the_vocabulary_names_what_a_real_run_streams(start_server: ServerFactor
     alice = server.client(server.create_user("alice"))
     conversation_id = create_conversation(alice)
     streamed = []
-    for turn in range(3):
+    for turn in range(4):
         run_id = send(alice, conversation_id, f"第{turn}轮：{LONG_TEXT}")["run"]["id"]
         streamed.extend(read_events(alice, run_id))
 
@@ -56,7 +57,7 @@ def test_the_vocabulary_names_what_a_real_run_streams(start_server: ServerFactor
     assert {event["level"] for event in compression} == set(vocabulary["levels"].values())
     assert any(event.type == names["CONTEXT_PRESSURE"] for event in streamed)
     finished = [event.data["status"] for event in streamed if event.type == names["RUN_FINISHED"]]
-    assert finished == [vocabulary["run_statuses"]["SUCCEEDED"]] * 3
+    assert finished == [vocabulary["run_statuses"]["SUCCEEDED"]] * 4
 
     # The page hides summary messages by the marker and finds the summary under the key it is told.
     state = alice.get(f"/api/conversations/{conversation_id}/state").json()["values"]
