@@ -35,7 +35,7 @@ from langchain.agents.middleware.types import (
 )
 from langchain_core.exceptions import ContextOverflowError
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AnyMessage, BaseMessage
+from langchain_core.messages import AnyMessage, BaseMessage, ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
@@ -100,7 +100,7 @@ class SaveAndSummarize:
 @dataclass(frozen=True)
 class TrimTail:
     view: list[BaseMessage]
-    originals: dict[str, BaseMessage]
+    originals: dict[str, ToolMessage]  # by tool_call_id
 
 
 Effect = CallModel | BuildL1View | SaveAndSummarize | TrimTail
@@ -319,26 +319,30 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
                 l1 = yield BuildL1View(call.effective.messages)
             if call.summary is None:
                 yield from self._summarize(call, l1)
-            view = call.summary.view if call.summary else l1.messages
-            tokens_view = self._count(call, view)
-            # Never resend the payload that just overflowed: only retry with a smaller request.
+            view, tokens_view = self._retry_view(call, l1, tokens_sent)
+            # Never resend the payload that just overflowed, nor a larger one: a size-based
+            # overflow would only repeat. Each retry is strictly smaller than the last overflow.
             if tokens_view < tokens_sent:
                 try:
                     response = yield CallModel(call.with_messages(view))
                 except ContextOverflowError:
-                    pass
+                    tokens_sent = tokens_view
                 else:
                     return self._finish_forced(call, view, tokens_before, tokens_view, l1, response)
-            trimmed_view, replacements = yield TrimTail(view, _by_id(call.request.messages))
-            if not replacements:
+            trimmed_view, replacements = yield TrimTail(view, _tool_results_by_call_id(call.request.messages))
+            tokens_trimmed = self._count(call, trimmed_view)
+            if not replacements or tokens_trimmed >= tokens_sent:
                 raise ContextOverflowError(
                     "the request does not fit the model's context even after summarising, and no "
-                    "kept tool result is left to trim"
+                    "kept tool result is left to trim that would make it smaller"
                 ) from overflow
-            call.state_update["messages"] = replacements
+            # Only messages with ids can replace their state copies (a plain list has none).
+            if stored := [message for message in replacements if message.id]:
+                call.state_update["messages"] = stored
             response = yield CallModel(call.with_messages(trimmed_view))
-            tokens_trimmed = self._count(call, trimmed_view)
-            return self._finish_forced(call, trimmed_view, tokens_before, tokens_trimmed, l1, response)
+            return self._finish_forced(
+                call, trimmed_view, tokens_before, tokens_trimmed, l1, response, len(replacements)
+            )
         except GraphBubbleUp:
             raise
         except Exception as exc:
@@ -353,13 +357,33 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         tokens_after: int,
         l1: CompactionResult,
         response: ModelResponse,
+        trimmed_tool_results: int = 0,
     ) -> ModelResponse | ExtendedModelResponse:
         self._record_pressure(call, view, tokens_after)
         details = _details(l1, call.summary)
-        if "messages" in call.state_update:
-            details["trimmed_tool_results"] = len(call.state_update["messages"])
+        if trimmed_tool_results:
+            details["trimmed_tool_results"] = trimmed_tool_results
         call.events.completed(L2, tokens_before, tokens_after, details, reason=CONTEXT_OVERFLOW)
         return _response(response, call.state_update)
+
+    def _retry_view(
+        self, call: _Call, l1: CompactionResult, tokens_sent: int
+    ) -> tuple[list[BaseMessage], int]:
+        """The view to retry (or trim) after an overflow of `tokens_sent`, with its size.
+
+        `[summary, *kept]` when it is smaller than what overflowed; otherwise the smaller of it and
+        the L1 view. A summary longer than what it replaces is then dropped from the state update:
+        the checkpoint must describe the request the model is sent.
+        """
+        tokens_l1 = self._count(call, l1.messages)
+        if call.summary is None:
+            return l1.messages, tokens_l1
+        tokens_summary = self._count(call, call.summary.view)
+        if tokens_summary < tokens_sent or tokens_summary < tokens_l1:
+            return call.summary.view, tokens_summary
+        call.summary = None
+        call.state_update.pop(EVENT_KEY, None)
+        return l1.messages, tokens_l1
 
     def _summarize(self, call: _Call, l1: CompactionResult) -> Generator[Effect, Any, SummaryStep | None]:
         """L2 (S14, S15) for this call; records the event in the call's state update."""
@@ -420,8 +444,9 @@ def _response(response: ModelResponse, update: dict[str, Any]) -> ModelResponse 
     return ExtendedModelResponse(model_response=response, command=Command(update=dict(update)))
 
 
-def _by_id(messages: Sequence[BaseMessage]) -> dict[str, BaseMessage]:
-    return {message.id: message for message in messages if message.id}
+def _tool_results_by_call_id(messages: Sequence[BaseMessage]) -> dict[str, ToolMessage]:
+    """The state's tool results by the call they answer (ids may be missing on a plain list)."""
+    return {message.tool_call_id: message for message in messages if isinstance(message, ToolMessage)}
 
 
 def _stream_writer(request: ModelRequest) -> Callable[[Any], None]:
