@@ -119,5 +119,21 @@ async def compress_now(
     if write_error:
         raise ManualCompressionError(FailedPart.HISTORY, f"could not save the history file: {write_error}")
     step = finish_summary(plan, SavedSummary(file_path, None, outcome))
-    tokens_after = count_request_tokens(step.view, system_message, tools, profile)
+    tokens_after = next_request_tokens(messages, step.event, system_message, tools, config)
     return ManualCompressionResult(True, tokens_before, tokens_after, event=step.event)
+
+
+def next_request_tokens(
+    messages: Sequence[BaseMessage],
+    event: SummarizationEvent,
+    system_message: SystemMessage | None,
+    tools: Sequence[Any],
+    config: CompressionConfig,
+) -> int:
+    """The estimate of the next request the state with `event` implies (S19, S22).
+
+    `[summary, *raw messages after the cutoff]` with the system prompt and tool schemas: the figure
+    the next model call starts from and the status panel shows, not the L1 view this step read.
+    """
+    implied = effective_messages(messages, event)
+    return count_request_tokens(implied.messages, system_message, tools, config.token_profile)
