@@ -259,7 +259,9 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
     def _flow(self, request: ModelRequest) -> Flow:
         call = _Call(
             request=request,
-            effective=effective_messages(request.messages, request.state.get(EVENT_KEY)),
+            effective=effective_messages(
+                request.messages, request.state.get(EVENT_KEY), _state_messages(request)
+            ),
             events=CompressionEvents(writer=_stream_writer(request)),
         )
         threshold = self.config.threshold_tokens
@@ -387,7 +389,8 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
 
     def _summarize(self, call: _Call, l1: CompactionResult) -> Generator[Effect, Any, SummaryStep | None]:
         """L2 (S14, S15) for this call; records the event in the call's state update."""
-        plan = plan_summary(call.effective, l1.messages, call.request.messages, self.config, _thread_id())
+        state_messages = _state_messages(call.request) or call.request.messages
+        plan = plan_summary(call.effective, l1.messages, state_messages, self.config, _thread_id())
         if plan is None:
             return None
         saved: SavedSummary = yield SaveAndSummarize(plan)
@@ -447,6 +450,12 @@ def _response(response: ModelResponse, update: dict[str, Any]) -> ModelResponse 
 def _tool_results_by_call_id(messages: Sequence[BaseMessage]) -> dict[str, ToolMessage]:
     """The state's tool results by the call they answer (ids may be missing on a plain list)."""
     return {message.tool_call_id: message for message in messages if isinstance(message, ToolMessage)}
+
+
+def _state_messages(request: ModelRequest) -> list[BaseMessage] | None:
+    """The full state's messages; `request.messages` may be shorter (another middleware's view)."""
+    messages = request.state.get("messages") if isinstance(request.state, dict) else None
+    return list(messages) if isinstance(messages, list) else None
 
 
 def _stream_writer(request: ModelRequest) -> Callable[[Any], None]:

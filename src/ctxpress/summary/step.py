@@ -99,6 +99,8 @@ def plan_summary(
         return None
     previous = effective.event
     global_cutoff = effective.to_global(cutoff)
+    if global_cutoff <= effective.cutoff_index or global_cutoff >= len(state_messages):
+        return None  # a cutoff never moves backwards (S15)
     span = HistoryRange(
         thread_id=thread_id,
         start=effective.cutoff_index,
