@@ -45,7 +45,9 @@ from ctxpress.config import CompressionConfig
 from ctxpress.events import CONTEXT_OVERFLOW, L1, L2, CompressionDetails, CompressionEvents, Level
 from ctxpress.overflow_trim import trim_kept_tool_results
 from ctxpress.pressure import RequestPressure, measure_request
+from ctxpress.summary.conflict import check_single_summarizer, guarded_state
 from ctxpress.summary.event import (
+    EVENT_KEY,
     EffectiveMessages,
     SummarizationEvent,
     effective_messages,
@@ -67,7 +69,6 @@ from ctxpress.workdir import Workdir
 
 logger = logging.getLogger("ctxpress.middleware")
 
-EVENT_KEY = "_summarization_event"
 WorkdirResolver = Callable[[ModelRequest], Workdir]
 PressureCallback = Callable[[RequestPressure], None]
 DEFAULT_SUMMARY_TIMEOUT_S = 120.0
@@ -118,7 +119,11 @@ class _Call:
     summary: SummaryStep | None = None
 
     def with_messages(self, messages: list[BaseMessage]) -> ModelRequest:
-        return self.request.override(messages=cast("list[AnyMessage]", messages))
+        # The inner chain must not read the event again (S3: one summariser per state).
+        return self.request.override(
+            messages=cast("list[AnyMessage]", messages),
+            state=cast("Any", guarded_state(self.request.state)),
+        )
 
 
 class _FlowDriver:
@@ -257,6 +262,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
     # --- the flow -------------------------------------------------------------------------------
 
     def _flow(self, request: ModelRequest) -> Flow:
+        check_single_summarizer(request.messages, request.state.get(EVENT_KEY))
         call = _Call(
             request=request,
             effective=effective_messages(

@@ -11,6 +11,7 @@ from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage
 
 logger = logging.getLogger("ctxpress.summary")
 
+EVENT_KEY = "_summarization_event"
 SUMMARY_MARKER = "[ctxpress:summary]"
 SUMMARY_SOURCE = "ctxpress_summary"
 
