@@ -21,7 +21,7 @@ from langchain_core.messages import BaseMessage, SystemMessage
 from ctxpress.compaction import CompactionCache, compact_view
 from ctxpress.config import CompressionConfig
 from ctxpress.summary.event import SummarizationEvent, effective_messages
-from ctxpress.summary.step import SavedSummary, finish_summary, plan_summary, save_history
+from ctxpress.summary.step import SavedSummary, finish_summary, keep_that_fits, plan_summary, save_history
 from ctxpress.summary.summarizer import asummarize
 from ctxpress.tokens import count_request_tokens
 from ctxpress.workdir import Workdir
@@ -84,7 +84,9 @@ async def compress_now(
     profile = config.token_profile
     tokens_before = count_request_tokens(effective.messages, system_message, tools, profile)
     since_cutoff = len(messages) - effective.cutoff_index
-    if since_cutoff <= config.summary_keep_messages:
+    # Over the threshold, the summary reaches into the keep window (S14: kept "preferably"), so
+    # any conversation can be brought back under it.
+    if since_cutoff <= config.summary_keep_messages and tokens_before < config.threshold_tokens:
         return ManualCompressionResult(
             compressed=False,
             tokens_before=tokens_before,
@@ -102,7 +104,14 @@ async def compress_now(
         raise ManualCompressionError(
             FailedPart.COMPACTION, f"could not store a large tool result: {first.reason}"
         )
-    plan = plan_summary(effective, l1.messages, messages, config, thread_id)
+    keep = config.summary_keep_messages
+    if tokens_before >= config.threshold_tokens:
+
+        def kept_fits(kept: Sequence[BaseMessage]) -> bool:
+            return count_request_tokens(kept, system_message, tools, profile) < config.threshold_tokens
+
+        keep = keep_that_fits(effective, keep, kept_fits)
+    plan = plan_summary(effective, l1.messages, messages, config, thread_id, keep)
     if plan is None:
         return ManualCompressionResult(
             compressed=False,

@@ -125,3 +125,38 @@ async def test_s19_s22_manual_tokens_after_is_the_next_request_the_state_implies
     # What the model then received, without the new question, is what `tokens_after` promised.
     assert result.tokens_after == count_request_tokens(sent[1:-1], sent[0], [query_kb])
     assert result.tokens_after > 20_000
+
+
+@pytest.mark.parametrize("summarised_before", [False, True])
+async def test_s14_manual_compression_over_the_threshold_summarises_into_the_keep_window(
+    tmp_path: Any, summarised_before: bool
+) -> None:
+    # One huge user message and fewer messages than `summary_keep_messages`: over the threshold,
+    # manual compression must still bring the next request under it.
+    workdir = LocalWorkdir(tmp_path / "wd")
+    config = CompressionConfig(summary_threshold=1, summary_keep_messages=10)
+    huge = HumanMessage(content="北京的景点很多，" * 1500, id="huge")
+    messages = [huge, AIMessage(content="好的", id="a1"), HumanMessage(content="然后呢？", id="h2")]
+    event = None
+    if summarised_before:
+        first = await compress_now(
+            [HumanMessage("你好", id="h0"), AIMessage("你好！", id="a0")],
+            None,
+            config=CompressionConfig(summary_threshold=1, summary_keep_messages=1),
+            workdir=workdir,
+            summary_model=ScriptedChatModel(script=[AIMessage(content="之前的摘要")]),
+        )
+        assert first.compressed
+        messages = [HumanMessage("你好", id="h0"), AIMessage("你好！", id="a0"), *messages]
+        event = first.event
+    result = await compress_now(
+        messages,
+        event,
+        config=config,
+        workdir=workdir,
+        summary_model=ScriptedChatModel(script=[AIMessage(content="用户发来一大段关于北京景点的文字。")]),
+    )
+    assert result.tokens_before >= config.threshold_tokens
+    assert result.compressed, result.reason
+    assert result.tokens_after < config.threshold_tokens
+    assert result.event is not None and messages[result.cutoff_index].id in {"a1", "h2"}
