@@ -58,6 +58,7 @@ from ctxpress.summary.step import (
     SummaryStep,
     asave_and_summarize,
     finish_summary,
+    keep_that_fits,
     plan_summary,
     save_and_summarize,
 )
@@ -396,7 +397,13 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
     def _summarize(self, call: _Call, l1: CompactionResult) -> Generator[Effect, Any, SummaryStep | None]:
         """L2 (S14, S15) for this call; records the event in the call's state update."""
         state_messages = _state_messages(call.request) or call.request.messages
-        plan = plan_summary(call.effective, l1.messages, state_messages, self.config, _thread_id())
+        threshold = self.config.threshold_tokens
+
+        def kept_fits(kept: Sequence[BaseMessage]) -> bool:  # measured as sent: the L1 view's tail
+            return self._count(call, l1.messages[len(l1.messages) - len(kept) :]) < threshold
+
+        keep = keep_that_fits(call.effective, self.config.summary_keep_messages, kept_fits)
+        plan = plan_summary(call.effective, l1.messages, state_messages, self.config, _thread_id(), keep)
         if plan is None:
             return None
         saved: SavedSummary = yield SaveAndSummarize(plan)

@@ -105,3 +105,25 @@ async def test_s30_messages_without_ids_are_still_trimmed(workdir: LocalWorkdir,
     assert any(isinstance(m, ToolMessage) and m.content.startswith(OFFLOAD_MARKER) for m in sent[-1])
     sizes = [count_request_tokens(r, SYSTEM) for r in sent]
     assert all(after < before for before, after in pairwise(sizes))
+
+
+def test_s14_s6_a_huge_user_message_is_summarised_into_the_keep_window(
+    workdir: LocalWorkdir, checkpointer: Any
+) -> None:
+    # One user message far over the threshold and the model's window: its own turn cannot be
+    # answered, but every later turn must be (the summary reaches into the keep window).
+    model = ScriptedChatModel(script=[AIMessage(content="你好！")], context_window=3000)
+    summary_model = ScriptedChatModel(script=[AIMessage(content="用户发来一大段北京景点介绍。")] * 5)
+    config = CompressionConfig(summary_threshold=1, summary_keep_messages=10)
+    middleware = ContextCompressionMiddleware(config, workdir=workdir, summary_model=summary_model)
+    agent = build_agent(model, middleware, checkpointer)
+    run_turn(agent, "你好")
+    with pytest.raises(ContextOverflowError):
+        run_turn(agent, "北京的景点很多，" * 1500)
+    model.script = [AIMessage(content="好的，继续。")]
+    run_turn(agent, "然后呢？")
+    assert count_request_tokens(model.requests[-1]) <= 3000
+    state = agent.get_state({"configurable": {"thread_id": "conv-1"}}).values
+    assert state["messages"][-1].content == "好的，继续。"
+    event = state["_summarization_event"]
+    assert state["messages"][event["cutoff_index"]].content == "然后呢？"
