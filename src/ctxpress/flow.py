@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain.agents.middleware.types import ExtendedModelResponse, ModelRequest, ModelResponse
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 
 from ctxpress.summary.step import SummaryPlan
 
@@ -37,7 +37,7 @@ class SaveAndSummarize:
 @dataclass(frozen=True)
 class TrimTail:
     view: list[BaseMessage]
-    originals: dict[str, BaseMessage]
+    originals: dict[str, ToolMessage]  # by tool_call_id
 
 
 Effect = CallModel | BuildL1View | SaveAndSummarize | TrimTail

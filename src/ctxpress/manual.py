@@ -21,7 +21,7 @@ from langchain_core.messages import BaseMessage, SystemMessage
 from ctxpress.compaction import CompactionCache, compact_view
 from ctxpress.config import CompressionConfig
 from ctxpress.summary.event import SummarizationEvent, effective_messages
-from ctxpress.summary.step import SavedSummary, finish_summary, plan_summary, save_history
+from ctxpress.summary.step import SavedSummary, finish_summary, keep_that_fits, plan_summary, save_history
 from ctxpress.summary.summarizer import asummarize
 from ctxpress.tokens import TokenCounter
 from ctxpress.workdir import Workdir
@@ -90,7 +90,9 @@ async def compress_now(
     counter = counter if counter is not None else TokenCounter()
     tokens_before = counter.count_request(effective.messages, system_message, tools, profile)
     since_cutoff = len(messages) - effective.cutoff_index
-    if since_cutoff <= config.summary_keep_messages:
+    # Over the threshold, the summary reaches into the keep window (S14: kept "preferably"), so
+    # any conversation can be brought back under it.
+    if since_cutoff <= config.summary_keep_messages and tokens_before < config.threshold_tokens:
         return ManualCompressionResult(
             compressed=False,
             tokens_before=tokens_before,
@@ -108,7 +110,14 @@ async def compress_now(
         raise ManualCompressionError(
             FailedPart.COMPACTION, f"could not store a large tool result: {first.reason}"
         )
-    plan = plan_summary(effective, l1.messages, messages, config, thread_id)
+    keep = config.summary_keep_messages
+    if tokens_before >= config.threshold_tokens:
+
+        def kept_fits(kept: Sequence[BaseMessage]) -> bool:
+            return counter.count_request(kept, system_message, tools, profile) < config.threshold_tokens
+
+        keep = keep_that_fits(effective, keep, kept_fits)
+    plan = plan_summary(effective, l1.messages, messages, config, thread_id, keep)
     if plan is None:
         return ManualCompressionResult(
             compressed=False,
@@ -127,5 +136,23 @@ async def compress_now(
     if write_error:
         raise ManualCompressionError(FailedPart.HISTORY, f"could not save the history file: {write_error}")
     step = finish_summary(plan, SavedSummary(file_path, None, outcome))
-    tokens_after = counter.count_request(step.view, system_message, tools, profile)
+    tokens_after = next_request_tokens(messages, step.event, system_message, tools, config, counter)
     return ManualCompressionResult(True, tokens_before, tokens_after, event=step.event)
+
+
+def next_request_tokens(
+    messages: Sequence[BaseMessage],
+    event: SummarizationEvent,
+    system_message: SystemMessage | None,
+    tools: Sequence[Any],
+    config: CompressionConfig,
+    counter: TokenCounter | None = None,
+) -> int:
+    """The estimate of the next request the state with `event` implies (S19, S22).
+
+    `[summary, *raw messages after the cutoff]` with the system prompt and tool schemas: the figure
+    the next model call starts from and the status panel shows, not the L1 view this step read.
+    """
+    implied = effective_messages(messages, event)
+    counter = counter if counter is not None else TokenCounter()
+    return counter.count_request(implied.messages, system_message, tools, config.token_profile)

@@ -35,7 +35,7 @@ from langchain.agents.middleware.types import (
 )
 from langchain_core.exceptions import ContextOverflowError
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AnyMessage, BaseMessage
+from langchain_core.messages import AnyMessage, BaseMessage, ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
@@ -53,7 +53,9 @@ from ctxpress.flow import (
 )
 from ctxpress.overflow_trim import trim_kept_tool_results
 from ctxpress.pressure import RequestPressure, measure_request
+from ctxpress.summary.conflict import check_single_summarizer, guarded_state
 from ctxpress.summary.event import (
+    EVENT_KEY,
     EffectiveMessages,
     SummarizationEvent,
     effective_messages,
@@ -63,6 +65,7 @@ from ctxpress.summary.step import (
     SummaryStep,
     asave_and_summarize,
     finish_summary,
+    keep_that_fits,
     plan_summary,
     save_and_summarize,
 )
@@ -74,7 +77,6 @@ from ctxpress.workdir import Workdir
 
 logger = logging.getLogger("ctxpress.middleware")
 
-EVENT_KEY = "_summarization_event"
 WorkdirResolver = Callable[[ModelRequest], Workdir]
 PressureCallback = Callable[[RequestPressure], None]
 DEFAULT_SUMMARY_TIMEOUT_S = 120.0
@@ -97,7 +99,11 @@ class _Call:
     summary: SummaryStep | None = None
 
     def with_messages(self, messages: list[BaseMessage]) -> ModelRequest:
-        return self.request.override(messages=cast("list[AnyMessage]", messages))
+        # The inner chain must not read the event again (S3: one summariser per state).
+        return self.request.override(
+            messages=cast("list[AnyMessage]", messages),
+            state=cast("Any", guarded_state(self.request.state)),
+        )
 
 
 class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
@@ -221,9 +227,12 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
     # --- the flow -------------------------------------------------------------------------------
 
     def _flow(self, request: ModelRequest) -> Flow:
+        check_single_summarizer(request.messages, request.state.get(EVENT_KEY))
         call = _Call(
             request=request,
-            effective=effective_messages(request.messages, request.state.get(EVENT_KEY)),
+            effective=effective_messages(
+                request.messages, request.state.get(EVENT_KEY), _state_messages(request)
+            ),
             events=CompressionEvents(writer=_stream_writer(request)),
         )
         threshold = self.config.threshold_tokens
@@ -283,26 +292,30 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
                 l1 = yield BuildL1View(call.effective.messages)
             if call.summary is None:
                 yield from self._summarize(call, l1)
-            view = call.summary.view if call.summary else l1.messages
-            tokens_view = self._count(call, view)
-            # Never resend the payload that just overflowed: only retry with a smaller request.
+            view, tokens_view = self._retry_view(call, l1, tokens_sent)
+            # Never resend the payload that just overflowed, nor a larger one: a size-based
+            # overflow would only repeat. Each retry is strictly smaller than the last overflow.
             if tokens_view < tokens_sent:
                 try:
                     response = yield CallModel(call.with_messages(view))
                 except ContextOverflowError:
-                    pass
+                    tokens_sent = tokens_view
                 else:
                     return self._finish_forced(call, view, tokens_before, tokens_view, l1, response)
-            trimmed_view, replacements = yield TrimTail(view, _by_id(call.request.messages))
-            if not replacements:
+            trimmed_view, replacements = yield TrimTail(view, _tool_results_by_call_id(call.request.messages))
+            tokens_trimmed = self._count(call, trimmed_view)
+            if not replacements or tokens_trimmed >= tokens_sent:
                 raise ContextOverflowError(
                     "the request does not fit the model's context even after summarising, and no "
-                    "kept tool result is left to trim"
+                    "kept tool result is left to trim that would make it smaller"
                 ) from overflow
-            call.state_update["messages"] = replacements
+            # Only messages with ids can replace their state copies (a plain list has none).
+            if stored := [message for message in replacements if message.id]:
+                call.state_update["messages"] = stored
             response = yield CallModel(call.with_messages(trimmed_view))
-            tokens_trimmed = self._count(call, trimmed_view)
-            return self._finish_forced(call, trimmed_view, tokens_before, tokens_trimmed, l1, response)
+            return self._finish_forced(
+                call, trimmed_view, tokens_before, tokens_trimmed, l1, response, len(replacements)
+            )
         except GraphBubbleUp:
             raise
         except Exception as exc:
@@ -317,17 +330,44 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         tokens_after: int,
         l1: CompactionResult,
         response: ModelResponse,
+        trimmed_tool_results: int = 0,
     ) -> ModelResponse | ExtendedModelResponse:
         self._record_pressure(call, view, tokens_after)
         details = _details(l1, call.summary)
-        if "messages" in call.state_update:
-            details["trimmed_tool_results"] = len(call.state_update["messages"])
+        if trimmed_tool_results:
+            details["trimmed_tool_results"] = trimmed_tool_results
         call.events.completed(L2, tokens_before, tokens_after, details, reason=CONTEXT_OVERFLOW)
         return _response(response, call.state_update)
 
+    def _retry_view(
+        self, call: _Call, l1: CompactionResult, tokens_sent: int
+    ) -> tuple[list[BaseMessage], int]:
+        """The view to retry (or trim) after an overflow of `tokens_sent`, with its size.
+
+        `[summary, *kept]` when it is smaller than what overflowed; otherwise the smaller of it and
+        the L1 view. A summary longer than what it replaces is then dropped from the state update:
+        the checkpoint must describe the request the model is sent.
+        """
+        tokens_l1 = self._count(call, l1.messages)
+        if call.summary is None:
+            return l1.messages, tokens_l1
+        tokens_summary = self._count(call, call.summary.view)
+        if tokens_summary < tokens_sent or tokens_summary < tokens_l1:
+            return call.summary.view, tokens_summary
+        call.summary = None
+        call.state_update.pop(EVENT_KEY, None)
+        return l1.messages, tokens_l1
+
     def _summarize(self, call: _Call, l1: CompactionResult) -> Generator[Effect, Any, SummaryStep | None]:
         """L2 (S14, S15) for this call; records the event in the call's state update."""
-        plan = plan_summary(call.effective, l1.messages, call.request.messages, self.config, _thread_id())
+        state_messages = _state_messages(call.request) or call.request.messages
+        threshold = self.config.threshold_tokens
+
+        def kept_fits(kept: Sequence[BaseMessage]) -> bool:  # measured as sent: the L1 view's tail
+            return self._count(call, l1.messages[len(l1.messages) - len(kept) :]) < threshold
+
+        keep = keep_that_fits(call.effective, self.config.summary_keep_messages, kept_fits)
+        plan = plan_summary(call.effective, l1.messages, state_messages, self.config, _thread_id(), keep)
         if plan is None:
             return None
         saved: SavedSummary = yield SaveAndSummarize(plan)
@@ -386,8 +426,15 @@ def _response(response: ModelResponse, update: dict[str, Any]) -> ModelResponse 
     return ExtendedModelResponse(model_response=response, command=Command(update=dict(update)))
 
 
-def _by_id(messages: Sequence[BaseMessage]) -> dict[str, BaseMessage]:
-    return {message.id: message for message in messages if message.id}
+def _tool_results_by_call_id(messages: Sequence[BaseMessage]) -> dict[str, ToolMessage]:
+    """The state's tool results by the call they answer (ids may be missing on a plain list)."""
+    return {message.tool_call_id: message for message in messages if isinstance(message, ToolMessage)}
+
+
+def _state_messages(request: ModelRequest) -> list[BaseMessage] | None:
+    """The full state's messages; `request.messages` may be shorter (another middleware's view)."""
+    messages = request.state.get("messages") if isinstance(request.state, dict) else None
+    return list(messages) if isinstance(messages, list) else None
 
 
 def _stream_writer(request: ModelRequest) -> Callable[[Any], None]:

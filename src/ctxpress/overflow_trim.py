@@ -32,19 +32,23 @@ def trim_budget(config: CompressionConfig) -> int:
 
 def trim_kept_tool_results(
     view: Sequence[BaseMessage],
-    originals: Mapping[str, BaseMessage],
+    originals: Mapping[str, ToolMessage],
     config: CompressionConfig,
     workdir: Workdir,
     cache: CompactionCache | None = None,
 ) -> tuple[list[BaseMessage], list[BaseMessage]]:
-    """The view with large tool results trimmed, and the trimmed messages for the state update."""
+    """The view with large tool results trimmed, and the trimmed messages for the state update.
+
+    `originals` are the state's tool results by `tool_call_id` (messages of a plain list may have
+    no ids, every tool result has a call id).
+    """
     budget = trim_budget(config)
     cache = cache if cache is not None else CompactionCache()
     names = tool_names_by_call_id(view)
     new_view: list[BaseMessage] = []
     replacements: list[BaseMessage] = []
     for message in view:
-        original = originals.get(message.id or "") if isinstance(message, ToolMessage) else None
+        original = originals.get(message.tool_call_id) if isinstance(message, ToolMessage) else None
         if not isinstance(original, ToolMessage):
             new_view.append(message)
             continue

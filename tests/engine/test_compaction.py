@@ -1107,7 +1107,7 @@ def test_s2_a_private_empty_cache_is_used_not_replaced_by_the_global_one(workdir
 
     private = CompactionCache()
     messages = exchange("c1", "execute_bash", english_docs_text(40_000))
-    originals = {messages[1].id: messages[1]}
+    originals = {messages[1].tool_call_id: messages[1]}
     _view, trimmed = trim_kept_tool_results(messages, originals, config(), workdir, cache=private)
     assert trimmed, "the large result was trimmed"
     assert len(private) > 0, "the decision went into the caller's cache"

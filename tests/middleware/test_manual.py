@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from ctxpress import CompressionConfig, ContextCompressionMiddleware, LocalWorkdir
 from ctxpress.manual import ManualCompressionError, compress_now
 from ctxpress.summary.event import is_summary_message
 from ctxpress.summary.history import read_history
+from ctxpress.tokens import count_request_tokens
 from tests.fakes import ScriptedChatModel
-from tests.middleware.conftest import build_agent, kb_call
+from tests.middleware.conftest import SYSTEM_PROMPT, build_agent, kb_call, query_kb
 from tests.middleware.test_flow import FailingHistoryWorkdir
 
 THREAD = {"configurable": {"thread_id": "manual-1"}}
@@ -98,3 +99,64 @@ async def test_nothing_to_compress_reports_why(tmp_path: Any) -> None:
     result = await _compress(agent, workdir, summary_model, keep=10)
     assert not result.compressed and "summary_keep_messages" in (result.reason or "")
     assert summary_model.requests == []
+
+
+async def test_s19_s22_manual_tokens_after_is_the_next_request_the_state_implies(tmp_path: Any) -> None:
+    # The kept part holds a raw 25 K-token kb result: the L1 view the summary read is far smaller
+    # than what the next model call starts from, and `tokens_after` must report the latter.
+    workdir = LocalWorkdir(tmp_path / "wd")
+    agent, model = _conversation(workdir)
+    values = agent.get_state(THREAD).values
+    result = await compress_now(
+        values["messages"],
+        None,
+        config=CompressionConfig(summary_threshold=100, summary_keep_messages=3),
+        workdir=workdir,
+        summary_model=ScriptedChatModel(script=[AIMessage(content="手动摘要")]),
+        system_message=SystemMessage(SYSTEM_PROMPT),
+        tools=[query_kb],
+    )
+    assert result.compressed
+    agent.update_state(THREAD, {"_summarization_event": result.event})
+    model.script = [AIMessage(content="好的")]
+    agent.invoke({"messages": [HumanMessage(content="继续")]}, THREAD)
+    sent = model.requests[-1]
+    assert is_summary_message(sent[1])
+    # What the model then received, without the new question, is what `tokens_after` promised.
+    assert result.tokens_after == count_request_tokens(sent[1:-1], sent[0], [query_kb])
+    assert result.tokens_after > 20_000
+
+
+@pytest.mark.parametrize("summarised_before", [False, True])
+async def test_s14_manual_compression_over_the_threshold_summarises_into_the_keep_window(
+    tmp_path: Any, summarised_before: bool
+) -> None:
+    # One huge user message and fewer messages than `summary_keep_messages`: over the threshold,
+    # manual compression must still bring the next request under it.
+    workdir = LocalWorkdir(tmp_path / "wd")
+    config = CompressionConfig(summary_threshold=1, summary_keep_messages=10)
+    huge = HumanMessage(content="北京的景点很多，" * 1500, id="huge")
+    messages = [huge, AIMessage(content="好的", id="a1"), HumanMessage(content="然后呢？", id="h2")]
+    event = None
+    if summarised_before:
+        first = await compress_now(
+            [HumanMessage("你好", id="h0"), AIMessage("你好！", id="a0")],
+            None,
+            config=CompressionConfig(summary_threshold=1, summary_keep_messages=1),
+            workdir=workdir,
+            summary_model=ScriptedChatModel(script=[AIMessage(content="之前的摘要")]),
+        )
+        assert first.compressed
+        messages = [HumanMessage("你好", id="h0"), AIMessage("你好！", id="a0"), *messages]
+        event = first.event
+    result = await compress_now(
+        messages,
+        event,
+        config=config,
+        workdir=workdir,
+        summary_model=ScriptedChatModel(script=[AIMessage(content="用户发来一大段关于北京景点的文字。")]),
+    )
+    assert result.tokens_before >= config.threshold_tokens
+    assert result.compressed, result.reason
+    assert result.tokens_after < config.threshold_tokens
+    assert result.event is not None and messages[result.cutoff_index].id in {"a1", "h2"}

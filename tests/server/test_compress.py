@@ -476,3 +476,26 @@ def test_s30_sandbox_released_after_success_and_failures(start_server: ServerFac
     assert open_files_under(root) == []
     # While each compression ran, exactly one handle was open: the one it acquired.
     assert summarizer.probes == [1, 1, 1]
+
+
+def test_s19_s22_compress_reports_the_estimate_the_context_panel_shows(start_server: ServerFactory) -> None:
+    # A long file listing stays raw in the kept part (the summary read it offloaded): the reported
+    # figure is the next request's estimate (system prompt + tool schemas + summary + kept
+    # messages), the one GET /context shows — not the compressed view the summary step read.
+    server = start_server(agents=[kb_agent()])
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+    notes = workdir_of(server, conversation_id) / "notes"
+    notes.mkdir(parents=True)
+    for index in range(120):
+        (notes / f"quarterly-report-{index:03d}.md").write_text("营收", encoding="utf-8")
+    talk(alice, conversation_id, [*TURNS, "files"])
+    before = context(alice, conversation_id)
+    response = compress(alice, conversation_id)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result["compressed"] is True
+    after = context(alice, conversation_id)
+    assert result["tokens_before"] == before["estimated_tokens"]
+    assert result["tokens_after"] == after["estimated_tokens"]
+    assert after["breakdown"]["system"] > 0 and after["breakdown"]["tools"] > 0

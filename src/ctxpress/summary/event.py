@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
@@ -11,6 +11,7 @@ from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage
 
 logger = logging.getLogger("ctxpress.summary")
 
+EVENT_KEY = "_summarization_event"
 SUMMARY_MARKER = "[ctxpress:summary]"
 SUMMARY_SOURCE = "ctxpress_summary"
 
@@ -55,11 +56,16 @@ def is_summary_message(message: BaseMessage) -> bool:
 
 @dataclass(frozen=True)
 class EffectiveMessages:
-    """The messages a request starts from: `[summary, *messages[cutoff:]]`, or all of them."""
+    """The messages a request starts from: `[summary, *messages[cutoff:]]`, or all of them.
+
+    `messages` may come from a request another middleware already shortened; cutoffs are always
+    positions in the full state (S3), found through `state_positions` (message id → state index).
+    """
 
     messages: list[BaseMessage]
     event: SummarizationEvent | None
     cutoff_index: int  # where the raw part starts in the full state (0 without an event)
+    state_positions: Mapping[str, int] | None = None
 
     @property
     def has_summary(self) -> bool:
@@ -67,6 +73,10 @@ class EffectiveMessages:
 
     def to_global(self, local_cutoff: int) -> int:
         """Convert a cutoff within `messages` to a position in the full state (S15)."""
+        if self.state_positions is not None and local_cutoff < len(self.messages):
+            first_kept = self.messages[local_cutoff].id
+            if first_kept is not None and first_kept in self.state_positions:
+                return self.state_positions[first_kept]
         if self.event is None:
             return local_cutoff
         return self.cutoff_index + local_cutoff - 1
@@ -80,20 +90,24 @@ def _valid_event(event: Any) -> bool:
     )
 
 
-def resolve_cutoff(event: SummarizationEvent, messages: Sequence[BaseMessage]) -> int | None:
-    """The event's cutoff checked against the current messages; None when the event is stale.
+def resolve_cutoff(
+    event: SummarizationEvent, messages: Sequence[BaseMessage], *, shortened: bool = False
+) -> int | None:
+    """Where in `messages` the event's kept part starts; None when the event is stale.
 
     A stale event (ids moved, out of range, or nothing left after the cutoff) is never allowed to
-    produce a "summary only" request; the caller rebuilds from the full messages instead.
+    produce a "summary only" request; the caller rebuilds from the full messages instead. In a
+    list another middleware `shortened`, the first kept message is found by its id, as expected.
     """
     cutoff = event["cutoff_index"]
     first_kept = event.get("first_kept_id")
     if first_kept is not None:
-        if 0 <= cutoff < len(messages) and messages[cutoff].id == first_kept:
+        if not shortened and 0 <= cutoff < len(messages) and messages[cutoff].id == first_kept:
             return cutoff
         for index, message in enumerate(messages):
             if message.id == first_kept:
-                logger.warning("summary cutoff moved from %d to %d; using the message id", cutoff, index)
+                if not shortened:
+                    logger.warning("summary cutoff moved from %d to %d; using the message id", cutoff, index)
                 return index
         return None
     if 0 < cutoff < len(messages):
@@ -101,18 +115,38 @@ def resolve_cutoff(event: SummarizationEvent, messages: Sequence[BaseMessage]) -
     return None
 
 
-def effective_messages(messages: Sequence[BaseMessage], event: Any) -> EffectiveMessages:
+def _state_positions(
+    messages: Sequence[BaseMessage], state_messages: Sequence[BaseMessage] | None
+) -> tuple[Mapping[str, int] | None, bool]:
+    """Message id → full-state index, and whether `messages` is not the state as it is."""
+    if state_messages is None or messages is state_messages:
+        return None, False
+    positions = {message.id: index for index, message in enumerate(state_messages) if message.id}
+    same = len(messages) == len(state_messages) and all(
+        a.id == b.id for a, b in zip(messages, state_messages, strict=True)
+    )
+    return positions, not same
+
+
+def effective_messages(
+    messages: Sequence[BaseMessage],
+    event: Any,
+    state_messages: Sequence[BaseMessage] | None = None,
+) -> EffectiveMessages:
+    """The effective messages of a request `messages`; `state_messages` when it may be shortened."""
+    positions, shortened = _state_positions(messages, state_messages)
     if event is None:
-        return EffectiveMessages(list(messages), None, 0)
+        return EffectiveMessages(list(messages), None, 0, positions)
     if not _valid_event(event):
         logger.warning("ignoring a malformed _summarization_event; using the full message list")
-        return EffectiveMessages(list(messages), None, 0)
-    cutoff = resolve_cutoff(event, messages)
+        return EffectiveMessages(list(messages), None, 0, positions)
+    cutoff = resolve_cutoff(event, messages, shortened=shortened)
     if cutoff is None:
         logger.warning(
             "ignoring a stale _summarization_event (cutoff %s of %d messages); using the full list",
             event.get("cutoff_index"),
             len(messages),
         )
-        return EffectiveMessages(list(messages), None, 0)
-    return EffectiveMessages([event["summary_message"], *messages[cutoff:]], event, cutoff)
+        return EffectiveMessages(list(messages), None, 0, positions)
+    start = event["cutoff_index"] if shortened else cutoff
+    return EffectiveMessages([event["summary_message"], *messages[cutoff:]], event, start, positions)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from langchain_core.language_models import BaseChatModel
@@ -79,12 +79,25 @@ def history_messages(
 
 def summary_cutoff(effective: EffectiveMessages, keep: int) -> int | None:
     """The local cutoff of the next summary, or None when there is nothing new to summarise."""
-    cutoff = choose_cutoff(effective.messages, keep)
     # Loop guard: with only the previous summary before the cutoff there is nothing new to
-    # summarise, and summarising the summary again would only lose detail.
+    # summarise, so a cutoff after a summary takes at least one new message — into the keep
+    # window when needed (S14 keeps `keep` messages "preferably").
+    minimum = 2 if effective.has_summary else 1
+    cutoff = choose_cutoff(effective.messages, keep, minimum=minimum)
     if cutoff is None or (effective.has_summary and cutoff <= 1):
         return None
     return cutoff
+
+
+def keep_that_fits(
+    effective: EffectiveMessages, keep: int, kept_fits: Callable[[Sequence[BaseMessage]], bool]
+) -> int:
+    """The largest keep up to `keep` whose kept messages fit (S14 keeps `keep` only "preferably")."""
+    for candidate in range(keep, 0, -1):
+        cutoff = summary_cutoff(effective, candidate)
+        if cutoff is None or kept_fits(effective.messages[cutoff:]):
+            return candidate
+    return 1
 
 
 def plan_summary(
@@ -93,13 +106,19 @@ def plan_summary(
     state_messages: Sequence[BaseMessage],
     config: CompressionConfig,
     thread_id: str | None,
+    keep: int | None = None,
 ) -> SummaryPlan | None:
-    """The summary of `effective` (whose L1 view is `view`), or None when there is nothing to summarise."""
-    cutoff = summary_cutoff(effective, config.summary_keep_messages)
+    """The summary of `effective` (whose L1 view is `view`), or None when there is nothing to summarise.
+
+    `keep` overrides `config.summary_keep_messages` (see `keep_that_fits`).
+    """
+    cutoff = summary_cutoff(effective, config.summary_keep_messages if keep is None else keep)
     if cutoff is None:
         return None
     previous = effective.event
     global_cutoff = effective.to_global(cutoff)
+    if global_cutoff <= effective.cutoff_index or global_cutoff >= len(state_messages):
+        return None  # a cutoff never moves backwards (S15)
     span = HistoryRange(
         thread_id=thread_id,
         start=effective.cutoff_index,

@@ -1,0 +1,76 @@
+"""S3: `_summarization_event` has one owner. A second summariser in the same agent is refused.
+
+DeepAgents' summarization middleware (and any middleware modelled on it) reads and writes the
+same state key. Stacked with ctxpress, one applies the other's cutoff to a list that is already
+shortened, and the model gets a wrong request (a summary without the user's question). Both
+orders are detected before any such request is sent:
+
+- ctxpress outermost: the inner chain gets a state whose `_summarization_event` refuses to be
+  read (`guarded_state`); a summariser reading it raises.
+- ctxpress inner: the request reaching ctxpress already carries ctxpress's summary message, or the
+  state's event holds a summary that ctxpress did not write (`check_single_summarizer`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from ctxpress.summary.event import EVENT_KEY, is_summary_message
+
+CONFLICT_FIX = (
+    "use one summariser per agent: remove the other summarization middleware (for DeepAgents, "
+    "exclude its SummarizationMiddleware) or do not add ContextCompressionMiddleware"
+)
+
+
+class SummarizerConflictError(RuntimeError):
+    """Another summarization middleware shares `_summarization_event` with ctxpress."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"two summarisers share the agent state key {EVENT_KEY!r}: {what}; each would apply "
+            f"the other's cutoff and the model would get a wrong request. Fix: {CONFLICT_FIX}"
+        )
+
+
+class _GuardedState(dict[str, Any]):
+    """The state as the inner middleware chain sees it: reading the event key is a conflict."""
+
+    def __getitem__(self, key: str) -> Any:
+        self._check(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self._check(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self._check(key)
+        return super().__contains__(key)
+
+    @staticmethod
+    def _check(key: object) -> None:
+        if key == EVENT_KEY:
+            raise SummarizerConflictError(
+                "a middleware inside ContextCompressionMiddleware reads it (a second summariser)"
+            )
+
+
+def guarded_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """`state` for the middleware inside ctxpress: its event is ctxpress's alone."""
+    return _GuardedState(state)
+
+
+def check_single_summarizer(messages: Sequence[BaseMessage], event: Any) -> None:
+    """Raise when the request or the state shows another summariser at work outside ctxpress."""
+    if isinstance(event, dict) and isinstance(event.get("summary_message"), BaseMessage):
+        if not is_summary_message(event["summary_message"]):
+            raise SummarizerConflictError("the state holds a summary that ctxpress did not write")
+        summary_id = event["summary_message"].id
+        if any(is_summary_message(m) and m.id == summary_id for m in messages):
+            raise SummarizerConflictError(
+                "a middleware outside ContextCompressionMiddleware already applied ctxpress's summary"
+            )
