@@ -35,9 +35,8 @@ from langchain.agents.middleware.types import (
 )
 from langchain_core.exceptions import ContextOverflowError
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AnyMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AnyMessage, BaseMessage
 from langgraph.errors import GraphBubbleUp
-from langgraph.types import Command
 
 from ctxpress.compaction import CompactionCache, CompactionResult, compact_view
 from ctxpress.config import CompressionConfig
@@ -50,6 +49,13 @@ from ctxpress.flow import (
     FlowDriver,
     SaveAndSummarize,
     TrimTail,
+)
+from ctxpress.graph_run import (
+    response_with_update,
+    state_messages,
+    stream_writer,
+    thread_id,
+    tool_results_by_call_id,
 )
 from ctxpress.overflow_trim import trim_kept_tool_results
 from ctxpress.pressure import RequestPressure, measure_request
@@ -231,9 +237,9 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         call = _Call(
             request=request,
             effective=effective_messages(
-                request.messages, request.state.get(EVENT_KEY), _state_messages(request)
+                request.messages, request.state.get(EVENT_KEY), state_messages(request)
             ),
-            events=CompressionEvents(writer=_stream_writer(request)),
+            events=CompressionEvents(writer=stream_writer(request)),
         )
         threshold = self.config.threshold_tokens
         tokens_before = self._count(call, call.effective.messages)
@@ -273,7 +279,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         self._record_pressure(call, view, tokens_after)
         if level is not None:
             call.events.completed(level, tokens_before, tokens_after, _details(l1, call.summary))
-        return _response(response, call.state_update)
+        return response_with_update(response, call.state_update)
 
     def _forced(
         self,
@@ -302,7 +308,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
                     tokens_sent = tokens_view
                 else:
                     return self._finish_forced(call, view, tokens_before, tokens_view, l1, response)
-            trimmed_view, replacements = yield TrimTail(view, _tool_results_by_call_id(call.request.messages))
+            trimmed_view, replacements = yield TrimTail(view, tool_results_by_call_id(call.request.messages))
             tokens_trimmed = self._count(call, trimmed_view)
             if not replacements or tokens_trimmed >= tokens_sent:
                 raise ContextOverflowError(
@@ -337,7 +343,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         if trimmed_tool_results:
             details["trimmed_tool_results"] = trimmed_tool_results
         call.events.completed(L2, tokens_before, tokens_after, details, reason=CONTEXT_OVERFLOW)
-        return _response(response, call.state_update)
+        return response_with_update(response, call.state_update)
 
     def _retry_view(
         self, call: _Call, l1: CompactionResult, tokens_sent: int
@@ -360,14 +366,14 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
 
     def _summarize(self, call: _Call, l1: CompactionResult) -> Generator[Effect, Any, SummaryStep | None]:
         """L2 (S14, S15) for this call; records the event in the call's state update."""
-        state_messages = _state_messages(call.request) or call.request.messages
+        full_state = state_messages(call.request) or call.request.messages
         threshold = self.config.threshold_tokens
 
         def kept_fits(kept: Sequence[BaseMessage]) -> bool:  # measured as sent: the L1 view's tail
             return self._count(call, l1.messages[len(l1.messages) - len(kept) :]) < threshold
 
         keep = keep_that_fits(call.effective, self.config.summary_keep_messages, kept_fits)
-        plan = plan_summary(call.effective, l1.messages, state_messages, self.config, _thread_id(), keep)
+        plan = plan_summary(call.effective, l1.messages, full_state, self.config, thread_id(), keep)
         if plan is None:
             return None
         saved: SavedSummary = yield SaveAndSummarize(plan)
@@ -418,40 +424,6 @@ def _details(l1: CompactionResult | None, summary: SummaryStep | None) -> Compre
         if summary.write_error:
             details["history_error"] = summary.write_error
     return details
-
-
-def _response(response: ModelResponse, update: dict[str, Any]) -> ModelResponse | ExtendedModelResponse:
-    if not update:
-        return response
-    return ExtendedModelResponse(model_response=response, command=Command(update=dict(update)))
-
-
-def _tool_results_by_call_id(messages: Sequence[BaseMessage]) -> dict[str, ToolMessage]:
-    """The state's tool results by the call they answer (ids may be missing on a plain list)."""
-    return {message.tool_call_id: message for message in messages if isinstance(message, ToolMessage)}
-
-
-def _state_messages(request: ModelRequest) -> list[BaseMessage] | None:
-    """The full state's messages; `request.messages` may be shorter (another middleware's view)."""
-    messages = request.state.get("messages") if isinstance(request.state, dict) else None
-    return list(messages) if isinstance(messages, list) else None
-
-
-def _stream_writer(request: ModelRequest) -> Callable[[Any], None]:
-    runtime = getattr(request, "runtime", None)
-    writer = getattr(runtime, "stream_writer", None)
-    return writer if callable(writer) else (lambda _payload: None)
-
-
-def _thread_id() -> str | None:
-    try:
-        from langgraph.config import get_config
-
-        configurable = get_config().get("configurable", {})
-    except RuntimeError:  # called outside a graph run
-        return None
-    thread = configurable.get("thread_id")
-    return str(thread) if thread is not None else None
 
 
 __all__ = ["EVENT_KEY", "CompressionState", "ContextCompressionMiddleware"]
