@@ -9,9 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from ctxpress.app.server.db.models import Conversation, Message, Run, User
 from ctxpress.app.server.errors import ErrorCode
+from ctxpress.app.server.rendering import MAX_RENDER_CHARS, render_markdown
 from ctxpress.app.server.repositories.runs import BusyReason, BusyState
 from ctxpress.app.server.runtime.agents import AgentRuntime
-from ctxpress.app.server.serialization import MAX_STORED_JSON_DEPTH, storable_json, storable_text
+from ctxpress.app.server.serialization import (
+    ASSISTANT_ROLE,
+    MAX_STORED_JSON_DEPTH,
+    storable_json,
+    storable_text,
+)
 from ctxpress.app.server.usecases.compression import FAILURE_STATUS, CompressionOutcome, ContextStatus
 from ctxpress.app.server.usecases.message_limits import message_budget
 from ctxpress.manual import FailedPart
@@ -246,6 +252,9 @@ class MessageOut(BaseModel):
     content: str
     #: The full LangChain message (`message_to_dict`): tool calls, ids, metadata.
     message: dict[str, Any]
+    #: An assistant message's text as sanitised HTML (its Markdown rendered); null for other roles,
+    #: empty text and text over `MAX_RENDER_CHARS` (show `content` as plain text then).
+    html: str | None = None
     created_at: datetime
 
     @classmethod
@@ -256,8 +265,25 @@ class MessageOut(BaseModel):
             role=message.role,
             content=message.content,
             message=message.payload,
+            html=_rendered(message),
             created_at=message.created_at,
         )
+
+
+def _rendered(message: Message) -> str | None:
+    text = message.content
+    if message.role != ASSISTANT_ROLE or not text.strip() or len(text) > MAX_RENDER_CHARS:
+        return None
+    return render_markdown(text)
+
+
+class RenderRequest(RequestBody):
+    text: str = Field(max_length=MAX_RENDER_CHARS, description="Markdown of a complete message.")
+
+
+class RenderOut(BaseModel):
+    #: Sanitised HTML (tags and link targets from an allow-list; raw HTML in the text stays text).
+    html: str
 
 
 class MessagePage(BaseModel):
@@ -483,3 +509,5 @@ class VocabularyOut(BaseModel):
     summary_event_key: str
     #: The status panel suggests manual compression from this share of the threshold (S22).
     suggest_ratio: float
+    #: The longest text `POST /api/render` renders (a longer reply stays plain text).
+    max_render_chars: int

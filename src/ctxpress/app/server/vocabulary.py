@@ -16,6 +16,7 @@ from ctxpress import events as stream_events
 from ctxpress.app.server.agents_file import CONTEXT_COMPRESSION
 from ctxpress.app.server.db import models
 from ctxpress.app.server.errors import ErrorCode
+from ctxpress.app.server.rendering import MAX_RENDER_CHARS
 from ctxpress.app.server.repositories.runs import BusyReason
 from ctxpress.app.server.runtime import events as sse_events
 from ctxpress.app.server.schemas import VocabularyOut
@@ -71,4 +72,5 @@ def vocabulary() -> VocabularyOut:
         summary_marker=SUMMARY_MARKER,
         summary_event_key=EVENT_KEY,
         suggest_ratio=SUGGEST_COMPRESS_RATIO,
+        max_render_chars=MAX_RENDER_CHARS,
     )

@@ -2,10 +2,11 @@
 // active runs (streaming text, tool calls and results, questions answered inline, queued requests).
 
 import { ApiError, enc } from "./api.js";
-import { announce, clear, h } from "./dom.js";
+import { announce, clear, copyButton, h } from "./dom.js";
 import { formatTokens, prettyJson, shorten } from "./format.js";
 import { has, t } from "./i18n.js";
 import { EVENTS, REASONS, RUN_STATUSES, STATUSES, VOCABULARY } from "./vocabulary.js";
+import { showMarkdown } from "./markdown.js";
 
 const RESULT_DISPLAY_CHARS = 4000;
 const ACTIVE_STATUSES = new Set([RUN_STATUSES.QUEUED, RUN_STATUSES.RUNNING, RUN_STATUSES.WAITING_INPUT]);
@@ -35,6 +36,7 @@ export class Chat {
     this.tools = new Map(); // tool_call_id -> tool item parts
     this.interrupts = new Map(); // interrupt id -> form
     this.streams = 0;
+    this.active = new Set(); // runs this page follows that have not finished (the stop button's target)
     clear(this.log);
     this.log.removeAttribute("aria-busy");
   }
@@ -42,6 +44,19 @@ export class Chat {
   close() {
     this.reset();
     this.conversationId = null;
+    this.hooks.onActiveChange?.();
+  }
+
+  /** The oldest run still going (running first, then queued): what "stop" stops. */
+  activeRunId() {
+    return this.active.values().next().value ?? null;
+  }
+
+  /** Stop the reply being written: the service cancels the run; its partial text stays, marked stopped. */
+  async stop() {
+    const runId = this.activeRunId();
+    if (!runId) return;
+    await this.api.post(`/api/runs/${enc(runId)}/cancel`, {});
   }
 
   async open(conversationId) {
@@ -142,6 +157,8 @@ export class Chat {
     entry.following = true;
     entry.cursor = Math.max(entry.cursor, after);
     this.streams += 1;
+    this.active.add(runId);
+    this.hooks.onActiveChange?.();
     // While text streams in, screen readers wait and read the finished answer once.
     this.log.setAttribute("aria-busy", "true");
     let waiting = false;
@@ -153,6 +170,10 @@ export class Chat {
           if (Number.isFinite(id)) entry.cursor = Math.max(entry.cursor, id);
           if (type === EVENTS.INTERRUPT) waiting = true;
           if (type === EVENTS.RUN_FINISHED) waiting = false;
+          if (type === EVENTS.INTERRUPT || type === EVENTS.RUN_FINISHED) {
+            this.active.delete(runId);
+            this.hooks.onActiveChange?.();
+          }
           this.onEvent(entry, type, data);
         },
       });
@@ -164,6 +185,8 @@ export class Chat {
       entry.following = false;
       if (controller === this.controller) {
         this.streams -= 1;
+        this.active.delete(runId);
+        this.hooks.onActiveChange?.();
         if (this.streams <= 0) this.log.removeAttribute("aria-busy");
       }
     }
@@ -225,7 +248,7 @@ export class Chat {
             this.addNote(entry, t("runFailed", { error: data.error }), "error", true);
           }
         } else if (data.status === RUN_STATUSES.CANCELLED) {
-          this.addNote(entry, t("runCancelled"), "muted", false);
+          this.markStopped(entry);
         }
         break;
       default:
@@ -244,7 +267,9 @@ export class Chat {
       if (isSummaryText(message.content)) return;
       this.addUserBubble(entry, message.content);
     } else if (message.role === "assistant" || message.role === "ai") {
-      if (message.content && !isSummaryText(message.content)) this.addAssistantBubble(entry, message.content);
+      if (message.content && !isSummaryText(message.content)) {
+        this.addAssistantBubble(entry, message.content, message.html ?? null);
+      }
       for (const call of data.tool_calls || []) this.addToolCall(entry, call.id, call.name, call.args);
     } else if (message.role === "tool") {
       const content = message.content ?? "";
@@ -258,22 +283,61 @@ export class Chat {
   }
 
   addUserBubble(entry, text) {
+    const body = h("div", { class: "msg-text" }, text);
     const bubble = h(
       "article",
       { class: "msg msg-user" },
       h("h3", { class: "msg-who" }, t("you")),
-      h("p", { class: "msg-text" }, text),
+      body,
+      messageActions(() => text),
     );
     // The user's message opens its run's block.
     entry.container.prepend(bubble);
+    clampLong(body);
     return bubble;
   }
 
-  addAssistantBubble(entry, text) {
-    const body = h("p", { class: "msg-text" }, text);
-    entry.container.append(h("article", { class: "msg msg-assistant" }, h("h3", { class: "msg-who" }, t("assistant")), body));
+  /** A reply: Markdown as the service rendered it (`html`), or plain text (streaming, or not rendered). */
+  addAssistantBubble(entry, text, html = null) {
+    const body = h("div", { class: "msg-text" });
+    showMarkdown(body, text, html);
+    entry.container.append(
+      h(
+        "article",
+        { class: "msg msg-assistant" },
+        h("h3", { class: "msg-who" }, t("assistant")),
+        body,
+        messageActions(() => body.dataset.raw ?? body.textContent),
+      ),
+    );
     clampLong(body);
     return body;
+  }
+
+  /** Ask the service to render a finished reply's Markdown; the plain text stays if that fails. */
+  async renderFinished(body, text) {
+    if (text.length > VOCABULARY.max_render_chars) return;
+    try {
+      const answer = await this.api.post("/api/render", { text });
+      if (!body.isConnected) return;
+      showMarkdown(body, text, answer.html);
+      clampLong(body);
+    } catch {
+      // plain text is still the whole answer
+    }
+  }
+
+  /** A cancelled run: the partial reply stays where it is, marked as stopped. */
+  markStopped(entry) {
+    const partial = [...entry.container.querySelectorAll(".msg-assistant.streaming")];
+    for (const bubble of partial) {
+      bubble.classList.remove("streaming");
+      bubble.classList.add("stopped");
+      const body = bubble.querySelector(".msg-text");
+      bubble.insertBefore(h("p", { class: "badge badge-stopped" }, t("replyStopped")), body.nextSibling);
+      for (const [id, streaming] of this.streaming) if (streaming === body) this.streaming.delete(id);
+    }
+    if (!partial.length) this.addNote(entry, t("runCancelled"), "muted", false);
   }
 
   onDelta(entry, data) {
@@ -286,6 +350,7 @@ export class Chat {
       this.streaming.set(id, body);
     }
     body.textContent += data.delta ?? "";
+    body.dataset.raw = body.textContent;
   }
 
   onMessage(entry, data) {
@@ -304,11 +369,12 @@ export class Chat {
     if (body) {
       body.parentElement.classList.remove("streaming");
       if (visible) {
-        body.textContent = text;
+        showMarkdown(body, text, null);
         clampLong(body);
+        this.renderFinished(body, text);
       } else body.parentElement.remove();
     } else if (visible) {
-      this.addAssistantBubble(entry, text);
+      this.renderFinished(this.addAssistantBubble(entry, text), text);
     }
   }
 
@@ -432,9 +498,14 @@ export class Chat {
   }
 }
 
-/** Long answers (e.g. echoed retrieval results) are folded to a few lines, with a button to unfold. */
+/** Long messages (echoed retrieval results, pasted text) are folded to a few lines, with a button to unfold. */
 const CLAMP_CHARS = 1200;
 let clampCounter = 0;
+
+/** Copy (and, for a long message, unfold) under a message. */
+function messageActions(textOf) {
+  return h("div", { class: "msg-actions" }, copyButton(textOf, { label: t("copyMessage"), done: t("copied") }));
+}
 
 function clampLong(body) {
   const bubble = body.parentElement;
@@ -448,7 +519,7 @@ function clampLong(body) {
     toggle.setAttribute("aria-expanded", String(expanded));
     toggle.textContent = expanded ? t("collapse") : t("expand");
   });
-  bubble.append(toggle);
+  (bubble.querySelector(".msg-actions") || bubble).prepend(toggle);
 }
 
 /** S21: a summary message (it starts with the service's marker) is never shown as a chat message. */

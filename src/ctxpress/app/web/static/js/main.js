@@ -103,6 +103,7 @@ async function start(api, me) {
       onUsage: () => state.panel.scheduleRefresh(800),
       onActivity: () => state.panel.scheduleRefresh(),
       onRunSettled: () => state.panel.scheduleRefresh(100),
+      onActiveChange: () => renderStopButton(),
     },
   });
   state.panel ??= new StatusPanel({ api });
@@ -219,6 +220,14 @@ function renderChatHead() {
   if (agent?.notice) notice.title = agent.notice;
 }
 
+/** The stop button shows while a reply of this conversation is being written (or waits in the queue). */
+function renderStopButton() {
+  const button = $("#stop-button");
+  const active = Boolean(state.chat?.activeRunId());
+  if (!active && button === document.activeElement) $("#composer-input").focus();
+  button.hidden = !active;
+}
+
 // --- wiring ----------------------------------------------------------------------------------
 
 function wire() {
@@ -288,6 +297,19 @@ function wire() {
     } finally {
       button.disabled = false;
       input.focus();
+    }
+  });
+  $("#stop-button").addEventListener("click", async () => {
+    const button = $("#stop-button");
+    if (button.getAttribute("aria-disabled") === "true") return;
+    button.setAttribute("aria-disabled", "true"); // not `disabled`: that would drop the focus
+    try {
+      await state.chat.stop();
+      $("#composer-input").focus(); // the reply stopped: the next message can be typed at once
+    } catch (exc) {
+      $("#composer-error").textContent = t("stopFailed", { message: describeError(exc) });
+    } finally {
+      button.removeAttribute("aria-disabled");
     }
   });
   $("#viewer-close").addEventListener("click", () => $("#viewer").close());
