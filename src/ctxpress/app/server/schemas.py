@@ -19,6 +19,7 @@ from ctxpress.app.server.serialization import (
     storable_text,
 )
 from ctxpress.app.server.usecases.compression import FAILURE_STATUS, CompressionOutcome, ContextStatus
+from ctxpress.app.server.usecases.compression_history import CompressionRecord
 from ctxpress.app.server.usecases.message_limits import message_budget
 from ctxpress.manual import FailedPart
 from ctxpress.pressure import RequestPressure
@@ -337,6 +338,40 @@ class CompressOut(BaseModel):
             summary_count=event.get("summary_count") if event else None,
             checkpoint_id=outcome.checkpoint_id,
         )
+
+
+class CompressionRecordOut(BaseModel):
+    """One compression of the conversation, from the record (`GET …/compressions`)."""
+
+    #: `automatic` (the middleware, inside a run) or `manual` (the compress button).
+    trigger: Literal["automatic", "manual"]
+    #: `completed` or `failed` (the vocabulary's statuses); `started` halves are not listed.
+    status: str
+    #: `l1` (tool results offloaded / arguments truncated) or `l2` (older messages summarised).
+    level: str
+    #: `context_overflow` when the model's overflow forced it (S6).
+    reason: str | None
+    tokens_before: int | None
+    tokens_after: int | None
+    tokens_saved: int | None
+    offloaded: int | None
+    arguments_truncated: int | None
+    cutoff_index: int | None
+    summary_number: int | None
+    file_path: str | None
+    error: str | None
+    run_id: str | None
+    #: The LangChain id of the first message a summary kept: the chat marks the summary before it.
+    kept_from_message_id: str | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, record: CompressionRecord) -> CompressionRecordOut:
+        return cls.model_validate(record, from_attributes=True)
+
+
+class CompressionList(BaseModel):
+    items: list[CompressionRecordOut]
 
 
 class Breakdown(BaseModel):

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.agents_file import CONTEXT_COMPRESSION
 from ctxpress.app.server.db.engine import Database
-from ctxpress.app.server.db.models import Conversation
+from ctxpress.app.server.db.models import Conversation, ManualCompression
 from ctxpress.app.server.errors import (
     AgentNotConfiguredError,
     CompressionFailedError,
@@ -35,6 +35,7 @@ from ctxpress.app.server.errors import (
     ServiceError,
     ThreadBusyError,
 )
+from ctxpress.app.server.repositories.compressions import CompressionRepository
 from ctxpress.app.server.repositories.pressure import PressureRepository
 from ctxpress.app.server.repositories.usage import UsageRepository
 from ctxpress.app.server.runtime.agents import AgentRegistry, AgentRuntime, thread_config
@@ -212,6 +213,7 @@ class CompressionService:
             ) from exc
         # The recorded figure described a request the state no longer implies (S19).
         await PressureRepository(session).invalidate(conversation_id)
+        await CompressionRepository(session).add_manual(_manual_record(conversation_id, result))
         checkpoint_id = (updated or {}).get("configurable", {}).get("checkpoint_id")
         return CompressionOutcome.of(conversation_id, result, checkpoint_id)
 
@@ -245,6 +247,18 @@ class CompressionService:
         if runtime is None:
             raise AgentNotConfiguredError(f"agent {agent_name!r} is not configured any more")
         return runtime
+
+
+def _manual_record(conversation_id: str, result: ManualCompressionResult) -> ManualCompression:
+    assert result.event is not None
+    return ManualCompression(
+        conversation_id=conversation_id,
+        tokens_before=result.tokens_before,
+        tokens_after=result.tokens_after,
+        cutoff_index=result.event["cutoff_index"],
+        summary_count=result.event.get("summary_count"),
+        file_path=result.event["file_path"],
+    )
 
 
 async def _record_usage(session: AsyncSession, conversation_id: str, collector: UsageCollector) -> None:
