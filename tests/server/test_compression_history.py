@@ -88,13 +88,16 @@ def event(data: dict[str, object]) -> RunEvent:
     return RunEvent(id=1, run_id="r", type="context_compression", data=data, created_at=datetime.now(UTC))
 
 
-def test_an_l1_pass_that_changed_nothing_is_not_listed() -> None:
+def test_only_l1_passes_that_wrote_a_file_are_listed() -> None:
     base = {"type": "context_compression", "level": "l1", "tokens_before": 900}
     assert _from_event(event({**base, "status": "started"})) is None
     quiet = {**base, "status": "completed", "tokens_after": 900, "tokens_saved": 0, "offloaded": 0}
     assert _from_event(event(quiet)) is None
-    offloaded = {**quiet, "tokens_after": 400, "tokens_saved": 500, "offloaded": 2}
-    listed = _from_event(event(offloaded))
-    assert listed is not None and listed["offloaded"] == 2 and listed["tokens_saved"] == 500
+    # A later call's pass repeats the earlier offload in its view: saved again, nothing written.
+    repeated = {**quiet, "tokens_after": 400, "tokens_saved": 500, "offloaded": 1, "files_written": []}
+    assert _from_event(event(repeated)) is None
+    wrote = {**repeated, "offloaded": 2, "files_written": ["outputs/large_tool_results/q-1.txt"]}
+    listed = _from_event(event(wrote))
+    assert listed is not None and listed["files_written"] == wrote["files_written"]
     failed = _from_event(event({**base, "status": "failed", "error": "disk full"}))
     assert failed is not None and failed["error"] == "disk full"

@@ -354,7 +354,9 @@ class CompressionRecordOut(BaseModel):
     tokens_before: int | None
     tokens_after: int | None
     tokens_saved: int | None
+    #: Tool results in the compacted view (L1), of which `files_written` were written by this pass.
     offloaded: int | None
+    files_written: list[str]
     arguments_truncated: int | None
     cutoff_index: int | None
     summary_number: int | None

@@ -2,9 +2,10 @@
 
 From the service's record, so the list survives a reload: the automatic compressions its runs
 streamed (`context_compression` run events) and the manual ones (`manual_compressions`), oldest
-first, one item per compression — what happened, never the `started` half. An L1 pass that changed
-nothing (no result offloaded, no argument truncated, nothing saved) is not listed: the middleware
-runs one on every call above the threshold, and it says nothing to a reader.
+first, one item per compression — what happened, never the `started` half. An L1 pass is listed
+only when it wrote a tool result to the workdir (`files_written`): the middleware rebuilds the L1
+view on every model call above the threshold, and those passes repeat the same offloads (and the
+same `tokens_saved`) — nothing new to a reader.
 
 Each summary carries the id of the first message it kept (`kept_from_message_id`, the message at
 its cutoff in the agent state), so the page can mark in the chat where earlier messages were
@@ -39,6 +40,8 @@ class CompressionRecord:
     tokens_after: int | None
     tokens_saved: int | None
     offloaded: int | None
+    #: The tool results this pass wrote to the workdir (L1's new offloads).
+    files_written: list[str]
     arguments_truncated: int | None
     cutoff_index: int | None
     #: Which summary of the conversation this is (1, 2, …); None for L1 and failures.
@@ -91,6 +94,7 @@ def _from_event(event: RunEvent) -> dict[str, Any] | None:
         "tokens_after": data.get("tokens_after"),
         "tokens_saved": data.get("tokens_saved"),
         "offloaded": data.get("offloaded"),
+        "files_written": list(data.get("files_written") or []),
         "arguments_truncated": data.get("arguments_truncated"),
         "cutoff_index": data.get("cutoff_index"),
         "file_path": data.get("file_path"),
@@ -101,9 +105,7 @@ def _from_event(event: RunEvent) -> dict[str, Any] | None:
 
 
 def _l1_changed(data: dict[str, Any]) -> bool:
-    return bool(
-        data.get("offloaded") or data.get("arguments_truncated") or (data.get("tokens_saved") or 0) > 0
-    )
+    return bool(data.get("files_written"))
 
 
 def _from_manual(row: ManualCompression) -> dict[str, Any]:
@@ -116,6 +118,7 @@ def _from_manual(row: ManualCompression) -> dict[str, Any]:
         "tokens_after": row.tokens_after,
         "tokens_saved": max(0, row.tokens_before - row.tokens_after),
         "offloaded": None,
+        "files_written": [],
         "arguments_truncated": None,
         "cutoff_index": row.cutoff_index,
         "file_path": row.file_path,
