@@ -52,3 +52,25 @@ def test_the_policy_is_replaceable() -> None:
 
     assert isinstance(Constant(), ReplyPolicy)
     assert BuiltinChatModel(policy=Constant()).invoke([HumanMessage("?")]).text == "固定回答"
+
+
+def test_the_summary_speaks_the_language_people_typed_in_even_through_commands() -> None:
+    """Issue 20, item 4: Chinese queries typed as `/tool` commands (English syntax, Chinese values) and
+    an earlier summary quoted in the transcript still give Chinese headings, and no marker line."""
+    from ctxpress.app.models.summary_writer import write_summary
+    from ctxpress.summary.event import SUMMARY_MARKER, summary_message_text
+
+    earlier = summary_message_text("【抽取式摘要】\n用户的目标与要求：\n- 找烤鸭店", "outputs/h.jsonl")
+    prompt = (
+        f"[1] user: {earlier}\n"
+        '[2] user: /tool query_kb {"query": "烤鸭", "top_k": 2}\n'
+        "[3] assistant: Searched the knowledge base for duck: 3 results\n"
+        '[4] user: /tool query_kb {"query": "故宫 门票"}\n'
+    )
+    summary = write_summary(prompt, "")
+    assert summary.startswith("【抽取式摘要】")
+    assert "用户的目标与要求：" in summary and "User goals" not in summary
+    assert "找烤鸭店" in summary  # the earlier summary's points are kept …
+    assert SUMMARY_MARKER not in summary  # … without its marker
+    english = write_summary('[1] user: /tool query_kb {"query": "roast duck"}\n[2] user: and tickets?\n', "")
+    assert english.startswith("[Extractive summary]")

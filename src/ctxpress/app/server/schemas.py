@@ -310,8 +310,15 @@ class StateOut(BaseModel):
 class CompressOut(BaseModel):
     conversation_id: str
     compressed: bool
-    #: Why nothing was compressed (`compressed` false).
+    #: Why nothing was compressed (`compressed` false), in English for logs; clients use `reason_code`.
     reason: str | None
+    #: `too_few_messages` or `no_safe_cutoff` (the vocabulary's `compress_reasons`); null when compressed.
+    reason_code: str | None
+    #: With `too_few_messages`: messages since the last summary, and how many a summary needs.
+    messages_since_summary: int | None
+    messages_needed: int | None
+    #: The next request before and after, as `GET …/context` measures it (`estimated_tokens`):
+    #: one definition, so the page's ring shows `tokens_after` once it re-reads the context.
     tokens_before: int
     tokens_after: int
     #: Position in the full message list of the first message not summarised (cumulative).
@@ -330,6 +337,9 @@ class CompressOut(BaseModel):
             conversation_id=outcome.conversation_id,
             compressed=outcome.compressed,
             reason=outcome.reason,
+            reason_code=outcome.reason_code,
+            messages_since_summary=outcome.messages_since_summary,
+            messages_needed=outcome.messages_needed,
             tokens_before=outcome.tokens_before,
             tokens_after=outcome.tokens_after,
             cutoff_index=event["cutoff_index"] if event else None,
@@ -422,9 +432,16 @@ class ContextOut(BaseModel):
     #: The agent declares `context_compression` (the panel shows the compress button, S17).
     context_compression: bool
     threshold_tokens: int
-    #: Approximate tokens of the next model input, from the current state (S22).
+    #: Approximate tokens of the next model input as the model will receive it: the messages as they
+    #: are below the threshold, L1's compacted view at or above it (S5, S22). The figure that decides
+    #: whether a summary runs, and the one `suggest_compress` follows.
     estimated_tokens: int
     ratio: float
+    #: The same request before L1 (equal to `estimated_tokens` when L1 would not run).
+    raw_estimated_tokens: int
+    raw_ratio: float
+    #: L1 would compact the next request (`raw_estimated_tokens` ≥ the threshold).
+    compacted: bool
     #: ratio ≥ suggest_ratio on an agent with the capability: a hint, never a trigger.
     suggest_compress: bool
     suggest_ratio: float
@@ -457,6 +474,9 @@ class ContextOut(BaseModel):
             threshold_tokens=status.estimate.threshold,
             estimated_tokens=status.estimate.total,
             ratio=status.estimate.ratio,
+            raw_estimated_tokens=status.raw.total,
+            raw_ratio=status.raw.ratio,
+            compacted=status.raw.total >= status.raw.threshold,
             suggest_compress=status.suggest_compress,
             suggest_ratio=status.suggest_ratio,
             breakdown=Breakdown.of(status.estimate),
@@ -548,3 +568,7 @@ class VocabularyOut(BaseModel):
     suggest_ratio: float
     #: The longest text `POST /api/render` renders (a longer reply stays plain text).
     max_render_chars: int
+    #: `reason_code` of a manual compression that compressed nothing.
+    compress_reasons: list[str]
+    #: `trigger` of an item of `GET …/compressions`.
+    compression_triggers: dict[str, str]

@@ -21,8 +21,10 @@ from ctxpress.app.server.repositories.runs import BusyReason
 from ctxpress.app.server.runtime import events as sse_events
 from ctxpress.app.server.schemas import VocabularyOut
 from ctxpress.app.server.usecases.compression import FAILURE_STATUS
+from ctxpress.app.server.usecases.compression_history import AUTOMATIC, MANUAL
 from ctxpress.app.server.usecases.runs import WORKERS_BUSY
 from ctxpress.compaction.offload import LARGE_RESULTS_DIR
+from ctxpress.manual import NOTHING_TO_COMPRESS
 from ctxpress.middleware import EVENT_KEY
 from ctxpress.pressure import SUGGEST_COMPRESS_RATIO
 from ctxpress.summary.event import SUMMARY_MARKER
@@ -73,4 +75,6 @@ def vocabulary() -> VocabularyOut:
         summary_event_key=EVENT_KEY,
         suggest_ratio=SUGGEST_COMPRESS_RATIO,
         max_render_chars=MAX_RENDER_CHARS,
+        compression_triggers={"AUTOMATIC": AUTOMATIC, "MANUAL": MANUAL},
+        compress_reasons=list(NOTHING_TO_COMPRESS),
     )

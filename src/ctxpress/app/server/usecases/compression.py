@@ -20,7 +20,7 @@ the `_summarization_event` exactly as they were.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -76,6 +76,9 @@ class CompressionOutcome:
     event: SummarizationEvent | None
     #: The checkpoint written by the update (None when nothing was compressed).
     checkpoint_id: str | None
+    reason_code: str | None = None
+    messages_since_summary: int | None = None
+    messages_needed: int | None = None
 
     @classmethod
     def of(
@@ -89,6 +92,9 @@ class CompressionOutcome:
             tokens_after=result.tokens_after,
             event=result.event,
             checkpoint_id=checkpoint_id,
+            reason_code=result.reason_code,
+            messages_since_summary=result.messages_since_summary,
+            messages_needed=result.messages_needed,
         )
 
 
@@ -99,7 +105,10 @@ class ContextStatus:
     conversation_id: str
     agent: str
     capability: bool
+    #: The next request as the model will receive it (after L1 when L1 would run, S5).
     estimate: RequestPressure
+    #: The same request before L1.
+    raw: RequestPressure
     suggest_compress: bool
     suggest_ratio: float
     message_count: int
@@ -202,6 +211,12 @@ class CompressionService:
                 ) from exc
         if not result.compressed or result.event is None:
             return CompressionOutcome.of(conversation_id, result)
+        # The figures of the status panel, before and after: one definition of "the next request".
+        result = replace(
+            result,
+            tokens_before=self._next_request(runtime, values).total,
+            tokens_after=self._next_request(runtime, {**values, EVENT_KEY: result.event}).total,
+        )
         try:
             updated = await runtime.graph.aupdate_state(config, {EVENT_KEY: result.event})
         except Exception as exc:
@@ -234,6 +249,7 @@ class CompressionService:
             agent=runtime.name,
             capability=capability,
             estimate=estimate.pressure,
+            raw=estimate.raw,
             suggest_compress=suggests_compression(estimate.pressure, capability=capability),
             suggest_ratio=SUGGEST_COMPRESS_RATIO,
             message_count=estimate.message_count,
@@ -241,6 +257,15 @@ class CompressionService:
             recorded=await self.pressure.recorded(conversation.id),
             summary=estimate.effective.event,
         )
+
+    def _next_request(self, runtime: AgentRuntime, values: dict[str, Any]) -> RequestPressure:
+        return estimate_next_input(
+            values,
+            system_prompt=runtime.definition.system_prompt,
+            tools=runtime.tools,
+            config=runtime.compression,
+            counter=runtime.token_counter,
+        ).pressure
 
     def _runtime(self, agent_name: str) -> AgentRuntime:
         runtime = self.agents.get(agent_name)

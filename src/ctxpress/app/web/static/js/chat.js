@@ -5,7 +5,7 @@ import { ApiError, enc } from "./api.js";
 import { announce, clear, copyButton, h } from "./dom.js";
 import { formatTokens, prettyJson, shorten } from "./format.js";
 import { has, t } from "./i18n.js";
-import { EVENTS, REASONS, RUN_STATUSES, STATUSES, VOCABULARY } from "./vocabulary.js";
+import { COMPRESSION_TRIGGERS, EVENTS, LEVELS, REASONS, RUN_STATUSES, STATUSES, VOCABULARY } from "./vocabulary.js";
 import { showMarkdown } from "./markdown.js";
 
 const RESULT_DISPLAY_CHARS = 4000;
@@ -24,6 +24,7 @@ export class Chat {
     this.hooks = hooks;
     this.conversationId = null;
     this.controller = null;
+    this.summaryRecords = []; // the service's compression list, kept for rebuilding the chat
     this.reset();
   }
 
@@ -35,7 +36,9 @@ export class Chat {
     this.streaming = new Map(); // message id -> bubble text element
     this.tools = new Map(); // tool_call_id -> tool item parts
     this.interrupts = new Map(); // interrupt id -> form
+    this.elements = new Map(); // LangChain message id -> the element showing it (summary dividers)
     this.streams = 0;
+    this.summarised = false;
     this.active = new Set(); // runs this page follows that have not finished (the stop button's target)
     clear(this.log);
     this.log.removeAttribute("aria-busy");
@@ -91,6 +94,7 @@ export class Chat {
       }
       this.follow(run.id, 0);
     }
+    this.markSummaries(this.summaryRecords);
     this.scrollToEnd(true);
   }
 
@@ -191,6 +195,10 @@ export class Chat {
       }
     }
     if (controller.signal.aborted) return;
+    if (this.summarised && this.streams <= 0) {
+      this.summarised = false;
+      this.open(this.conversationId).catch(() => {});
+    }
     if (waiting) this.hooks.onActivity?.();
     else this.hooks.onRunSettled?.(runId);
   }
@@ -228,6 +236,8 @@ export class Chat {
         this.hooks.onActivity?.();
         break;
       case EVENTS.CONTEXT_COMPRESSION:
+        // A summary: once the run settles, the chat is rebuilt from the record to mark where.
+        if (data.status === STATUSES.COMPLETED && data.level === LEVELS.L2) this.summarised = true;
         this.onCompression(entry, data);
         this.hooks.onCompression?.(data);
         break;
@@ -263,23 +273,29 @@ export class Chat {
     const entry = this.runEntry(message.run_id);
     const data = message.message?.data || {};
     if (data.id) this.knownMessageIds.add(data.id);
+    let shown = null;
     if (message.role === "user" || message.role === "human") {
       if (isSummaryText(message.content)) return;
-      this.addUserBubble(entry, message.content);
+      shown = this.addUserBubble(entry, message.content);
     } else if (message.role === "assistant" || message.role === "ai") {
       if (message.content && !isSummaryText(message.content)) {
-        this.addAssistantBubble(entry, message.content, message.html ?? null);
+        shown = this.addAssistantBubble(entry, message.content, message.html ?? null).parentElement;
       }
-      for (const call of data.tool_calls || []) this.addToolCall(entry, call.id, call.name, call.args);
+      for (const call of data.tool_calls || []) {
+        const item = this.addToolCall(entry, call.id, call.name, call.args);
+        shown ??= item.details;
+      }
     } else if (message.role === "tool") {
       const content = message.content ?? "";
-      this.setToolResult(entry, data.tool_call_id, data.name, {
+      const item = this.setToolResult(entry, data.tool_call_id, data.name, {
         content: content.slice(0, RESULT_DISPLAY_CHARS),
         status: data.status,
         chars: content.length,
         truncated: content.length > RESULT_DISPLAY_CHARS,
       });
+      shown = item?.details ?? null;
     }
+    if (data.id && shown) this.elements.set(data.id, shown);
   }
 
   addUserBubble(entry, text) {
@@ -408,7 +424,7 @@ export class Chat {
   setToolResult(entry, callId, name, { content, status, chars, truncated }) {
     let item = callId ? this.tools.get(callId) : null;
     if (!item) item = this.addToolCall(entry, callId, name, undefined);
-    if (item.done) return;
+    if (item.done) return item;
     item.done = true;
     const failed = status === "error";
     item.details.classList.toggle("tool-failed", failed);
@@ -424,7 +440,7 @@ export class Chat {
       item.result.append(h("p", { class: "muted small" }, t("truncatedPreview", { shown: (content || "").length, total })));
     }
     item.result.hidden = false;
-    // A question that was answered: its form (if shown) is no longer needed.
+    return item;
   }
 
   renderInterrupt(runId, interruptId, value) {
@@ -473,16 +489,48 @@ export class Chat {
     if (!active || active === document.body || active.id === "composer-input") input.focus();
   }
 
+  /**
+   * A live `context_compression` event: "compressing…" while it runs, then what happened. An L1 pass
+   * that wrote no new file (the middleware repeats its view on every call) leaves nothing behind.
+   */
   onCompression(entry, data) {
-    const text = describeCompressionEvent(data);
     const status = data.status;
     if (status === STATUSES.STARTED || !entry.chip) {
-      entry.chip = h("p", { class: `note note-compression compression-${status}` });
+      entry.chip = h("p", { class: "note note-compression", role: "status" });
       entry.container.append(entry.chip);
     }
-    entry.chip.className = `note note-compression compression-${status}`;
-    entry.chip.textContent = text;
+    const chip = entry.chip;
     if (status !== STATUSES.STARTED) entry.chip = null;
+    if (isQuietPass(data)) {
+      chip.remove();
+      return;
+    }
+    chip.className = `note note-compression compression-${status}`;
+    chip.dataset.level = data.level || "";
+    chip.textContent = describeCompressionEvent(data);
+  }
+
+  /**
+   * Mark in the chat where earlier messages were summarised: a divider before the first message each
+   * summary kept (`kept_from_message_id` of the service's compression list).
+   */
+  markSummaries(records) {
+    this.summaryRecords = records;
+    for (const old of this.log.querySelectorAll(".summary-divider")) old.remove();
+    for (const record of records) {
+      const element = record.kept_from_message_id && this.elements.get(record.kept_from_message_id);
+      if (!element?.isConnected) continue;
+      const run = element.parentElement;
+      // A user's message opens its run's block: the divider goes before the block.
+      const before = element.classList.contains("msg-user") && run?.firstElementChild === element ? run : element;
+      before.before(
+        h(
+          "div",
+          { class: "summary-divider", role: "separator", dataset: { summary: String(record.summary_number ?? "") } },
+          h("span", {}, t(record.trigger === COMPRESSION_TRIGGERS.MANUAL ? "dividerManual" : "dividerAuto", { n: record.summary_number ?? "?" })),
+        ),
+      );
+    }
   }
 
   addNote(entry, text, kind, alert) {
@@ -527,17 +575,31 @@ export function isSummaryText(text) {
   return typeof text === "string" && text.trimStart().startsWith(VOCABULARY.summary_marker);
 }
 
+/** An L1 pass that wrote no new file: the same view as the previous call's, nothing to tell. */
+export function isQuietPass(data) {
+  return data.status === STATUSES.COMPLETED && data.level === LEVELS.L1 && !(data.files_written || []).length;
+}
+
+/**
+ * Words for a compression — a live event or an item of the service's list — by what happened:
+ * running (the level is not known until it ends: L1 may be followed by a summary), tool results
+ * written to files (L1), older messages summarised (L2, automatic or manual), or failed.
+ */
 export function describeCompressionEvent(data) {
+  const overflow = data.reason === REASONS.CONTEXT_OVERFLOW ? t("evOverflow") : "";
+  if (data.status === STATUSES.STARTED) return t("ev_running");
   const level = data.level && has(`evLevel_${data.level}`) ? t(`evLevel_${data.level}`) : data.level || "?";
+  if (data.status === STATUSES.FAILED) return t("ev_failed", { level }) + overflow;
   const params = {
-    level: data.reason === REASONS.CONTEXT_OVERFLOW ? `${level} · ${t("evOverflow")}` : level,
     before: formatTokens(data.tokens_before),
     after: formatTokens(data.tokens_after),
     saved: formatTokens(data.tokens_saved),
-    error: data.error ?? "",
+    files: (data.files_written || []).length,
+    n: data.summary_number ?? "",
   };
-  const key = `ev_${data.status}`;
-  return has(key) ? t(key, params) : `${data.status}: ${level}`;
+  if (data.level === LEVELS.L1) return t("ev_l1", params) + overflow;
+  const key = data.trigger === COMPRESSION_TRIGGERS.MANUAL ? "ev_l2_manual" : data.summary_number ? "ev_l2_numbered" : "ev_l2";
+  return t(key, params) + overflow;
 }
 
 export function describeError(exc) {

@@ -106,7 +106,7 @@ async function start(api, me) {
       onActiveChange: () => renderStopButton(),
     },
   });
-  state.panel ??= new StatusPanel({ api });
+  state.panel ??= new StatusPanel({ api, onCompressions: (items) => state.chat.markSummaries(items) });
   state.chat.api = api;
   state.panel.api = api;
   $("#signin").hidden = true;

@@ -4,12 +4,12 @@
 import { ApiError, enc } from "./api.js";
 import { describeCompressionEvent, describeError } from "./chat.js";
 import { $, clear, h } from "./dom.js";
-import { formatBytes, formatPercent, formatTokens, pressureLevel } from "./format.js";
-import { has, t } from "./i18n.js";
+import { formatBytes, formatPercent, formatTime, formatTokens, pressureLevel } from "./format.js";
+import { has, language, t } from "./i18n.js";
 import { CAPABILITIES, ERROR_CODES, STATUSES, USAGE_CATEGORIES, VOCABULARY, WORKDIR_DIRS } from "./vocabulary.js";
 
 const RING_CIRCUMFERENCE = 2 * Math.PI * 50;
-const MAX_EVENTS = 8;
+const MAX_EVENTS = 50;
 /** Workdir files are grouped by the folder the middleware wrote them to (offloaded results, history). */
 const FILE_GROUPS = [WORKDIR_DIRS.LARGE_TOOL_RESULTS, WORKDIR_DIRS.CONVERSATION_HISTORY];
 
@@ -42,12 +42,12 @@ function num(value) {
 }
 
 export class StatusPanel {
-  constructor({ api }) {
+  constructor({ api, onCompressions }) {
     this.api = api;
+    this.onCompressions = onCompressions;
     this.conversationId = null;
     this.agent = null;
     this.context = null;
-    this.eventsSeen = 0;
     this.refreshTimer = null;
     this.generation = 0;
     this.el = {
@@ -81,7 +81,6 @@ export class StatusPanel {
     this.conversationId = conversation.id;
     this.agent = agent;
     this.context = null;
-    this.eventsSeen = 0;
     clear(this.el.events);
     this.el.eventsEmpty.hidden = false;
     this.el.result.textContent = "";
@@ -110,12 +109,13 @@ export class StatusPanel {
   async refresh() {
     if (!this.conversationId) return;
     const generation = this.generation;
-    const [context, state, files, usage, status] = await Promise.allSettled([
+    const [context, state, files, usage, status, compressions] = await Promise.allSettled([
       this.api.get(`${this.base}/context`),
       this.api.get(`${this.base}/state`),
       this.api.get(`${this.base}/files`),
       this.api.get(`${this.base}/usage`),
       this.api.get(`${this.base}/status`),
+      this.api.get(`${this.base}/compressions`),
     ]);
     if (generation !== this.generation) return;
     if (context.status === "fulfilled") {
@@ -128,6 +128,11 @@ export class StatusPanel {
     if (files.status === "fulfilled") this.renderFiles(files.value.files || []);
     if (usage.status === "fulfilled") this.renderUsage(usage.value);
     if (status.status === "fulfilled") this.renderBusy(status.value);
+    if (compressions.status === "fulfilled") {
+      const items = compressions.value.items || [];
+      this.renderCompressions(items);
+      this.onCompressions?.(items);
+    }
   }
 
   /** Coalesces bursts of activity (events of a running run) into one refresh. */
@@ -278,21 +283,33 @@ export class StatusPanel {
     }
   }
 
-  // --- live compression events ---------------------------------------------------------------
+  // --- compression events (the service's record) ----------------------------------------------
 
+  /** A live event: the list is re-read from the service once the compression has ended. */
   addCompressionEvent(data) {
-    this.eventsSeen += 1;
-    this.el.eventsEmpty.hidden = true;
-    const item = h(
-      "li",
-      { class: `event event-${data.status}`, dataset: { status: data.status || "", level: data.level || "" } },
-      h("time", { datetime: new Date().toISOString() }, new Date().toLocaleTimeString()),
-      " ",
-      describeCompressionEvent(data),
-    );
-    this.el.events.prepend(item);
-    while (this.el.events.children.length > MAX_EVENTS) this.el.events.lastElementChild.remove();
     if (data.status !== STATUSES.STARTED) this.scheduleRefresh(200);
+  }
+
+  /** Every compression of the conversation, newest first, from `GET …/compressions`. */
+  renderCompressions(items) {
+    const list = clear(this.el.events);
+    this.el.eventsEmpty.hidden = items.length > 0;
+    for (const item of [...items].reverse().slice(0, MAX_EVENTS)) {
+      const when = new Date(item.created_at);
+      list.append(
+        h(
+          "li",
+          {
+            class: `event event-${item.status}`,
+            dataset: { status: item.status, level: item.level, trigger: item.trigger },
+            title: item.error || undefined,
+          },
+          h("time", { datetime: when.toISOString() }, formatTime(when, language())),
+          " ",
+          describeCompressionEvent(item),
+        ),
+      );
+    }
   }
 
   // --- summary, files, usage -----------------------------------------------------------------
@@ -408,11 +425,22 @@ function messageText(message) {
   return null;
 }
 
-/** The summary message starts with a marker line for the model; people read the summary itself. */
-function summaryBody(text) {
-  if (!text.startsWith(VOCABULARY.summary_marker)) return text;
-  const split = text.indexOf("\n\n");
-  return split >= 0 ? text.slice(split + 2) : text;
+/**
+ * The summary as people read it: without the marker paragraph the model reads first, and without any
+ * line that still carries the marker (an earlier summary quoted by a later one).
+ */
+export function summaryBody(text) {
+  const marker = VOCABULARY.summary_marker;
+  let body = text;
+  if (body.startsWith(marker)) {
+    const split = body.indexOf("\n\n");
+    body = split >= 0 ? body.slice(split + 2) : "";
+  }
+  return body
+    .split("\n")
+    .filter((line) => !line.includes(marker))
+    .join("\n")
+    .trim();
 }
 
 export function describeCompressError(exc) {
