@@ -158,12 +158,22 @@ class AgentOut(BaseModel):
         )
 
 
+class UpdateConversationRequest(RequestBody):
+    """Rename and/or archive (hide from the list; nothing is deleted) or bring back."""
+
+    title: str | None = Field(default=None, max_length=200)
+    archived: bool | None = None
+
+
 class ConversationOut(BaseModel):
     id: str
     agent: str
+    #: Given at creation or by a rename; otherwise taken from the first question.
     title: str
     created_at: datetime
     updated_at: datetime
+    #: When it was archived (hidden from the list by default); null when listed.
+    archived_at: datetime | None
 
     @classmethod
     def of(cls, conversation: Conversation) -> ConversationOut:
@@ -173,6 +183,7 @@ class ConversationOut(BaseModel):
             title=conversation.title,
             created_at=conversation.created_at,
             updated_at=conversation.updated_at,
+            archived_at=conversation.archived_at,
         )
 
 

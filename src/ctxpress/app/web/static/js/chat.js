@@ -5,7 +5,7 @@ import { ApiError, enc } from "./api.js";
 import { announce, clear, copyButton, h } from "./dom.js";
 import { formatTokens, prettyJson, shorten } from "./format.js";
 import { has, t } from "./i18n.js";
-import { COMPRESSION_TRIGGERS, EVENTS, LEVELS, REASONS, RUN_STATUSES, STATUSES, VOCABULARY } from "./vocabulary.js";
+import { COMPRESSION_TRIGGERS, ERROR_CODES, EVENTS, LEVELS, REASONS, RUN_STATUSES, STATUSES, VOCABULARY } from "./vocabulary.js";
 import { showMarkdown } from "./markdown.js";
 
 const RESULT_DISPLAY_CHARS = 4000;
@@ -602,9 +602,21 @@ export function describeCompressionEvent(data) {
   return t(key, params) + overflow;
 }
 
+/** Words for a failed request, from its error code and fields (the service's message is English). */
 export function describeError(exc) {
-  if (exc instanceof ApiError) return exc.message || exc.code;
-  return exc?.message || String(exc);
+  if (!(exc instanceof ApiError)) return exc?.message || String(exc);
+  if (exc.code === ERROR_CODES.THREAD_BUSY) {
+    const reason = exc.error.reason;
+    return reason && has(`busy_${reason}`) ? t(`busy_${reason}`) : t("busyUnknown");
+  }
+  if (exc.code === ERROR_CODES.MESSAGE_TOO_LARGE && exc.details) {
+    return t("err_message_too_large", {
+      tokens: formatTokens(exc.details.estimated_tokens),
+      max: formatTokens(exc.details.max_message_tokens),
+    });
+  }
+  if (has(`err_${exc.code}`)) return t(`err_${exc.code}`);
+  return exc.message || exc.code;
 }
 
 /** Enter sends, Shift+Enter is a new line; never while an IME (Chinese input) is composing. */

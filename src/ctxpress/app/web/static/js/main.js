@@ -3,9 +3,10 @@
 import { Api, ApiError, enc, tokenStore } from "./api.js";
 import { Chat, describeError, submitOnEnter } from "./chat.js";
 import { $, announce, clear, h } from "./dom.js";
-import { formatDate } from "./format.js";
+import { formatDate, formatTokens } from "./format.js";
 import { initLanguage, language, setLanguage, t, translateDocument } from "./i18n.js";
 import { StatusPanel } from "./panel.js";
+import { ERROR_CODES } from "./vocabulary.js";
 
 const state = {
   api: null,
@@ -215,9 +216,34 @@ function renderChatHead() {
   $("#chat-title").textContent = conversationLabel(conversation);
   document.title = `${conversationLabel(conversation)} · ctxpress`;
   $("#chat-agent").textContent = t("agentOf", { agent: conversation.agent, model: agent?.model ?? "?" });
+  renderMessageLimit();
   notice.hidden = !agent?.builtin_model;
   notice.textContent = agent?.builtin_model ? t("builtinNotice") : "";
   if (agent?.notice) notice.title = agent.notice;
+}
+
+/**
+ * Send; when the service answers "busy, retry after N s" (a manual compression holds the
+ * conversation), say so and send again once after the wait.
+ */
+async function sendWithRetry(text, status) {
+  try {
+    return await state.chat.send(text);
+  } catch (exc) {
+    const wait = exc instanceof ApiError && exc.code === ERROR_CODES.THREAD_BUSY ? exc.retryAfter : null;
+    if (wait === null || wait > 30) throw exc;
+    status.textContent = t("sendRetrying", { seconds: Math.max(1, wait) });
+    await new Promise((resolve) => window.setTimeout(resolve, Math.max(1, wait) * 1000));
+    return state.chat.send(text);
+  }
+}
+
+/** The agent's per-message limit, shown under the message box before anything is sent. */
+function renderMessageLimit() {
+  const line = $("#composer-limit");
+  const max = state.current ? agentByName(state.current.agent)?.max_message_tokens : null;
+  line.hidden = !max;
+  line.textContent = max ? t("messageLimit", { max: formatTokens(max) }) : "";
 }
 
 /** The stop button shows while a reply of this conversation is being written (or waits in the queue). */
@@ -290,10 +316,13 @@ function wire() {
     const button = $("#send-button");
     button.disabled = true;
     try {
-      await state.chat.send(text);
+      await sendWithRetry(text, error);
       input.value = "";
+      error.textContent = "";
     } catch (exc) {
-      error.textContent = t("requestFailed", { message: describeError(exc) });
+      error.textContent = exc instanceof ApiError && exc.code === ERROR_CODES.THREAD_BUSY
+        ? t("sendBusy", { reason: describeError(exc) })
+        : t("requestFailed", { message: describeError(exc) });
     } finally {
       button.disabled = false;
       input.focus();

@@ -21,6 +21,11 @@ export function normalizeContext(raw) {
     threshold: num(raw.threshold_tokens),
     estimate: num(raw.estimated_tokens),
     ratio: num(raw.ratio),
+    // Before L1 (the same figure unless L1 would compact the next request).
+    rawEstimate: num(raw.raw_estimated_tokens),
+    rawRatio: num(raw.raw_ratio),
+    compacted: raw.compacted === true,
+    messageCount: num(raw.message_count),
     // The service decides (S22: ratio ≥ suggest_ratio, and only where the compress button exists).
     suggest: raw.suggest_compress === true,
     breakdown: {
@@ -83,8 +88,7 @@ export class StatusPanel {
     this.context = null;
     clear(this.el.events);
     this.el.eventsEmpty.hidden = false;
-    this.el.result.textContent = "";
-    this.el.result.className = "compress-result";
+    this.clearResult();
     this.el.empty.hidden = true;
     this.el.body.hidden = false;
     this.renderPressure(null);
@@ -154,6 +158,14 @@ export class StatusPanel {
 
   renderCapability() {
     this.el.compressSection.hidden = !this.hasCapability();
+    // Nothing to summarise in an empty conversation: the button says so instead of failing.
+    const button = this.el.compressButton;
+    const empty = this.context?.messageCount === 0;
+    if (!button.classList.contains("is-busy")) {
+      if (empty) button.setAttribute("aria-disabled", "true");
+      else button.removeAttribute("aria-disabled");
+    }
+    button.title = empty ? t("compressEmpty") : "";
     this.renderHint();
   }
 
@@ -195,7 +207,8 @@ export class StatusPanel {
     const fraction = known ? Math.min(1, Math.max(0, ratio)) : 0;
     el.ringValue.setAttribute("stroke-dasharray", `${(fraction * RING_CIRCUMFERENCE).toFixed(2)} ${RING_CIRCUMFERENCE.toFixed(2)}`);
     const percent = known ? formatPercent(ratio) : "–";
-    el.percent.textContent = percent;
+    el.percent.textContent = known ? ringPercent(ratio) : "–";
+    el.percent.dataset.long = String(el.percent.textContent.length > 4);
     const levelKey = ratio >= 1 ? "levelOver" : { ok: "levelOk", warn: "levelWarn", high: "levelHigh" }[level];
     el.level.textContent = known ? t(levelKey) : "";
     el.ring.dataset.level = known ? level : "unknown";
@@ -208,6 +221,11 @@ export class StatusPanel {
       known ? t("pressureValueText", { percent, used, threshold }) : t("noEstimate"),
     );
     el.tokens.textContent = known ? t("tokensOf", { used, threshold }) : t("noEstimate");
+    const rawLine = $("#pressure-raw");
+    rawLine.hidden = !(known && context.compacted);
+    rawLine.textContent = rawLine.hidden
+      ? ""
+      : t("rawEstimate", { raw: formatTokens(context.rawEstimate), percent: formatPercent(context.rawRatio) });
     el.stale.hidden = !context?.stale;
     el.stale.textContent = context?.stale ? t("stale") : "";
     const parts = context?.breakdown || {};
@@ -237,6 +255,8 @@ export class StatusPanel {
     this.busy = status;
     if (!status?.busy) {
       this.el.busy.textContent = t("statusIdle");
+      // A "busy, try later" answer no longer holds once the conversation is idle.
+      if (this.el.result.dataset.busy === "true") this.clearResult();
       return;
     }
     const reason = has(`status_${status.reason}`) ? t(`status_${status.reason}`) : status.reason;
@@ -248,11 +268,17 @@ export class StatusPanel {
   async compress() {
     const button = this.el.compressButton;
     const result = this.el.result;
+    if (this.context?.messageCount === 0) {
+      this.clearResult();
+      result.classList.add("is-info");
+      result.textContent = t("compressEmpty");
+      return;
+    }
     if (button.getAttribute("aria-disabled") === "true") return;
     const generation = this.generation;
     button.setAttribute("aria-disabled", "true");
     button.classList.add("is-busy");
-    result.className = "compress-result";
+    this.clearResult();
     result.textContent = t("compressing");
     try {
       const answer = await this.api.post(`${this.base}/compress`, {});
@@ -265,9 +291,8 @@ export class StatusPanel {
           cutoff: answer.cutoff_index ?? "?",
         });
       } else {
-        const reason = answer.reason || ""; // a sentence of the service (nothing to summarise, no safe cutoff)
         result.classList.add("is-info");
-        result.textContent = t("compressNothing", { reason });
+        result.textContent = describeNothingCompressed(answer);
       }
       // S19: after success the page re-reads the agent state (summary), the pressure, files, usage.
       await this.refresh();
@@ -275,12 +300,20 @@ export class StatusPanel {
       if (generation !== this.generation) return;
       result.classList.add("is-error");
       result.textContent = describeCompressError(exc);
+      if (exc instanceof ApiError && exc.code === ERROR_CODES.THREAD_BUSY) result.dataset.busy = "true";
       if (exc instanceof ApiError && exc.code === ERROR_CODES.THREAD_BUSY) this.refresh().catch(() => {});
     } finally {
       // The result line is a status region: screen readers read it without a separate announcement.
       button.removeAttribute("aria-disabled");
       button.classList.remove("is-busy");
+      this.renderCapability();
     }
+  }
+
+  clearResult() {
+    this.el.result.textContent = "";
+    this.el.result.className = "compress-result";
+    delete this.el.result.dataset.busy;
   }
 
   // --- compression events (the service's record) ----------------------------------------------
@@ -441,6 +474,20 @@ export function summaryBody(text) {
     .filter((line) => !line.includes(marker))
     .join("\n")
     .trim();
+}
+
+/** The ring's label stays inside the circle: "999%+" from ten times the threshold. */
+export function ringPercent(ratio) {
+  return ratio >= 10 ? "999%+" : formatPercent(ratio);
+}
+
+/** Why a manual compression compressed nothing, from the answer's code and figures. */
+export function describeNothingCompressed(answer) {
+  const code = answer.reason_code;
+  if (code && has(`nothing_${code}`)) {
+    return t(`nothing_${code}`, { since: answer.messages_since_summary ?? "?", needed: answer.messages_needed ?? "?" });
+  }
+  return t("nothing_unknown");
 }
 
 export function describeCompressError(exc) {
