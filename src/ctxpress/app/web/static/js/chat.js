@@ -25,6 +25,7 @@ export class Chat {
     this.conversationId = null;
     this.controller = null;
     this.summaryRecords = []; // the service's compression list, kept for rebuilding the chat
+    this.rebuiltFor = new Set(); // kept message ids the chat was rebuilt from the record for
     this.reset();
   }
 
@@ -38,7 +39,6 @@ export class Chat {
     this.interrupts = new Map(); // interrupt id -> form
     this.elements = new Map(); // LangChain message id -> the element showing it (summary dividers)
     this.streams = 0;
-    this.summarised = false;
     this.active = new Set(); // runs this page follows that have not finished (the stop button's target)
     clear(this.log);
     this.log.removeAttribute("aria-busy");
@@ -195,10 +195,6 @@ export class Chat {
       }
     }
     if (controller.signal.aborted) return;
-    if (this.summarised && this.streams <= 0) {
-      this.summarised = false;
-      this.open(this.conversationId).catch(() => {});
-    }
     if (waiting) this.hooks.onActivity?.();
     else this.hooks.onRunSettled?.(runId);
   }
@@ -236,8 +232,6 @@ export class Chat {
         this.hooks.onActivity?.();
         break;
       case EVENTS.CONTEXT_COMPRESSION:
-        // A summary: once the run settles, the chat is rebuilt from the record to mark where.
-        if (data.status === STATUSES.COMPLETED && data.level === LEVELS.L2) this.summarised = true;
         this.onCompression(entry, data);
         this.hooks.onCompression?.(data);
         break;
@@ -516,6 +510,16 @@ export class Chat {
    */
   markSummaries(records) {
     this.summaryRecords = records;
+    // Messages that streamed in are not linked to their record ids: rebuild the chat from the
+    // record once for a summary whose first kept message is not found (never twice for one id).
+    const missing = records
+      .map((record) => record.kept_from_message_id)
+      .filter((id) => id && !this.elements.has(id) && !this.rebuiltFor.has(id));
+    if (missing.length && this.streams <= 0 && this.conversationId) {
+      for (const id of missing) this.rebuiltFor.add(id);
+      this.open(this.conversationId).catch(() => {});
+      return;
+    }
     for (const old of this.log.querySelectorAll(".summary-divider")) old.remove();
     for (const record of records) {
       const element = record.kept_from_message_id && this.elements.get(record.kept_from_message_id);

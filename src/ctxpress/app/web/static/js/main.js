@@ -136,8 +136,12 @@ function renderAgentSelect() {
 }
 
 async function loadConversations(more = false) {
-  const query = more && state.nextBefore ? `?before=${enc(state.nextBefore)}&limit=50` : "?limit=50";
-  const page = await state.api.get(`/api/conversations${query}`);
+  const params = new URLSearchParams({ limit: "50" });
+  if (more && state.nextBefore) params.set("before", state.nextBefore);
+  const search = $("#conversation-search").value.trim();
+  if (search) params.set("q", search);
+  if ($("#show-archived").checked) params.set("archived", "true");
+  const page = await state.api.get(`/api/conversations?${params}`);
   state.conversations = more ? [...state.conversations, ...page.items] : page.items;
   state.nextBefore = page.next_before;
   renderConversationList();
@@ -149,29 +153,106 @@ function conversationLabel(conversation) {
 
 function renderConversationList() {
   const list = clear($("#conversation-list"));
-  if (!state.conversations.length) list.append(h("li", { class: "muted" }, t("noConversations")));
-  for (const conversation of state.conversations) {
-    const current = state.current?.id === conversation.id;
-    list.append(
-      h(
-        "li",
-        {},
-        h(
-          "button",
-          {
-            type: "button",
-            class: "conversation",
-            "aria-current": current ? "true" : undefined,
-            dataset: { id: conversation.id },
-            onclick: () => openConversation(conversation.id, { focusChat: true }),
-          },
-          h("span", { class: "conversation-title" }, conversationLabel(conversation)),
-          h("span", { class: "conversation-meta" }, `${conversation.agent} · ${formatDate(conversation.created_at, language())}`),
-        ),
-      ),
-    );
+  if (!state.conversations.length) {
+    const filtered = $("#conversation-search").value.trim() || $("#show-archived").checked;
+    list.append(h("li", { class: "muted" }, t(filtered ? "noMatches" : "noConversations")));
   }
+  for (const conversation of state.conversations) list.append(conversationItem(conversation));
   $("#more-conversations").hidden = !state.nextBefore;
+}
+
+function conversationItem(conversation) {
+  const current = state.current?.id === conversation.id;
+  const label = conversationLabel(conversation);
+  const item = h("li", { class: "conversation-item", dataset: { id: conversation.id } });
+  const open = h(
+    "button",
+    {
+      type: "button",
+      class: "conversation",
+      "aria-current": current ? "true" : undefined,
+      dataset: { id: conversation.id },
+      onclick: () => openConversation(conversation.id, { focusChat: true }),
+    },
+    h("span", { class: "conversation-title" }, label),
+    h("span", { class: "conversation-meta" }, `${conversation.agent} · ${formatDate(conversation.created_at, language())}`),
+  );
+  const archived = Boolean(conversation.archived_at);
+  const actions = h(
+    "div",
+    { class: "conversation-actions" },
+    h("button", { type: "button", class: "link", "aria-label": t("renameOf", { title: label }), onclick: () => startRename(item, conversation) }, t("rename")),
+    h(
+      "button",
+      {
+        type: "button",
+        class: "link",
+        "aria-label": t(archived ? "unarchiveOf" : "archiveOf", { title: label }),
+        onclick: () => setArchived(conversation, !archived),
+      },
+      t(archived ? "unarchive" : "archive"),
+    ),
+  );
+  item.append(open, actions);
+  return item;
+}
+
+/** Rename in place: Enter saves, Escape keeps the old title. */
+function startRename(item, conversation) {
+  const input = h("input", { type: "text", maxlength: "200", value: conversation.title, "aria-label": t("newTitle") });
+  const form = h("form", { class: "rename-form" }, input, h("button", { type: "submit", class: "primary" }, t("save")));
+  const cancel = () => {
+    renderConversationList();
+    $(`#conversation-list li[data-id="${CSS.escape(conversation.id)}"] button.conversation`)?.focus();
+  };
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") {
+      event.preventDefault();
+      cancel();
+    }
+  });
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    try {
+      const updated = await state.api.json("PATCH", `/api/conversations/${enc(conversation.id)}`, { body: { title: input.value } });
+      replaceConversation(updated);
+      cancel();
+    } catch (exc) {
+      announce(t("requestFailed", { message: describeError(exc) }));
+    }
+  });
+  item.replaceChildren(form);
+  input.focus();
+  input.select();
+}
+
+async function setArchived(conversation, archived) {
+  try {
+    const updated = await state.api.json("PATCH", `/api/conversations/${enc(conversation.id)}`, { body: { archived } });
+    state.conversations = state.conversations.filter((item) => item.id !== updated.id);
+    if (state.current?.id === updated.id) state.current = updated;
+    renderConversationList();
+    announce(t(archived ? "archived" : "unarchived", { title: conversationLabel(updated) }));
+    $("#conversation-search").focus();
+  } catch (exc) {
+    announce(t("requestFailed", { message: describeError(exc) }));
+  }
+}
+
+function replaceConversation(updated) {
+  state.conversations = state.conversations.map((item) => (item.id === updated.id ? updated : item));
+  if (state.current?.id === updated.id) {
+    state.current = updated;
+    renderChatHead();
+  }
+  renderConversationList();
+}
+
+/** After the first question the service names an untitled conversation: show the new title. */
+async function refreshTitle() {
+  if (!state.current || state.current.title) return;
+  const updated = await state.api.get(`/api/conversations/${enc(state.current.id)}`);
+  if (updated.title) replaceConversation(updated);
 }
 
 function conversationIdFromHash() {
@@ -197,7 +278,9 @@ async function openConversation(id, { focusChat = false } = {}) {
   renderChatHead();
   $("#composer").hidden = false;
   $("#composer-error").textContent = "";
-  showView("chat", { focus: focusChat });
+  showView("chat");
+  // Opened on purpose (click, Enter): what is typed next goes into the message box.
+  if (focusChat) $("#composer-input").focus();
   const agent = agentByName(conversation.agent);
   await Promise.all([state.chat.open(conversation.id), state.panel.open(conversation, agent)]);
 }
@@ -304,6 +387,12 @@ function wire() {
     }
   });
   $("#more-conversations").addEventListener("click", () => loadConversations(true));
+  let searchTimer = null;
+  $("#conversation-search").addEventListener("input", () => {
+    window.clearTimeout(searchTimer);
+    searchTimer = window.setTimeout(() => loadConversations().catch(reportError), 250);
+  });
+  $("#show-archived").addEventListener("change", () => loadConversations().catch(reportError));
   const composer = $("#composer");
   const input = $("#composer-input");
   input.addEventListener("keydown", (event) => submitOnEnter(event, composer));
@@ -319,6 +408,7 @@ function wire() {
       await sendWithRetry(text, error);
       input.value = "";
       error.textContent = "";
+      refreshTitle().catch(() => {});
     } catch (exc) {
       error.textContent = exc instanceof ApiError && exc.code === ERROR_CODES.THREAD_BUSY
         ? t("sendBusy", { reason: describeError(exc) })
