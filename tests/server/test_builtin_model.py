@@ -101,3 +101,12 @@ def test_phrases_a_new_user_types_reach_the_right_tool() -> None:
         "read_file",
         {"path": path, "limit": READ_LIMIT_CHARS},
     )
+
+
+def test_the_suggested_phrases_reach_their_tools() -> None:
+    from ctxpress.app.models.intents import parse_intent
+    from ctxpress.app.models.suggestions import SUGGESTIONS
+
+    for item in SUGGESTIONS:
+        assert parse_intent(item.zh).kind == item.intent, item.zh
+        assert parse_intent(item.en).kind == item.intent, item.en

@@ -217,3 +217,26 @@ def test_ring_label_and_words_from_codes(page: Page, web_service: WebService) ->
     assert results["busy"] == "正在压缩上下文，请稍候。"
     assert results["big"].startswith("消息太长：约 48.8K tokens，此智能体单条消息最多约 20K tokens")
     assert results["body"] == "要点\n- 新的"
+
+
+@pytest.mark.parametrize("size", VIEWPORTS)
+def test_suggestions_in_an_empty_conversation(
+    page: Page, web_service: WebService, size: tuple[int, int]
+) -> None:
+    """Item 13: the built-in agent's phrases, offered where a new user starts; one click fills the box."""
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    sign_in(page, web_service.url, web_service.token)
+    new_conversation(page, "kb")
+    suggestions = page.get_by_role("region", name=re.compile("可以这样开始"))
+    expect(suggestions).to_be_visible()
+    expect(suggestions.get_by_role("button")).to_have_count(5)
+    suggestions.get_by_role("button", name="工作目录里有哪些文件？").click()
+    box = page.get_by_label("消息", exact=True)
+    expect(box).to_have_value("工作目录里有哪些文件？")
+    expect(box).to_be_focused()
+    box.press("Enter")
+    expect(suggestions).to_have_count(0)
+    wait_idle(page)
+    expect(page.locator("#chat-log details.tool .tool-name").first).to_have_text("list_files")
+    new_conversation(page, "writer")  # a real model: no phrases to suggest
+    expect(page.locator("#chat-log .suggestions")).to_have_count(0)

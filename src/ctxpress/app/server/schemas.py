@@ -7,6 +7,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
+from ctxpress.app.models.suggestions import suggestions_by_language
 from ctxpress.app.server.db.models import Conversation, Message, Run, User
 from ctxpress.app.server.errors import ErrorCode
 from ctxpress.app.server.rendering import MAX_RENDER_CHARS, render_markdown
@@ -136,6 +137,8 @@ class AgentOut(BaseModel):
     #: `message_too_large`), and what it is derived from.
     max_message_tokens: int
     message_budget: dict[str, int | None]
+    #: Phrases to offer in an empty conversation, by page language (the built-in model's; else empty).
+    suggestions: dict[str, list[str]]
 
     @classmethod
     def of(cls, runtime: AgentRuntime, *, default: bool) -> AgentOut:
@@ -155,6 +158,7 @@ class AgentOut(BaseModel):
             },
             max_message_tokens=budget.max_message_tokens,
             message_budget=budget.as_dict(),
+            suggestions=suggestions_by_language() if runtime.builtin_model else {},
         )
 
 

@@ -112,6 +112,7 @@ export class Chat {
   /** Send a message: the run starts now or waits in the conversation's queue. */
   async send(text) {
     const conversationId = this.conversationId;
+    this.log.querySelector(".suggestions")?.remove();
     const accepted = await this.api.post(`/api/conversations/${enc(conversationId)}/runs`, { input: text });
     if (conversationId !== this.conversationId) return accepted;
     const entry = this.runEntry(accepted.run.id);

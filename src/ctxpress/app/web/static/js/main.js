@@ -283,6 +283,7 @@ async function openConversation(id, { focusChat = false } = {}) {
   if (focusChat) $("#composer-input").focus();
   const agent = agentByName(conversation.agent);
   await Promise.all([state.chat.open(conversation.id), state.panel.open(conversation, agent)]);
+  renderSuggestions(agent);
 }
 
 function renderChatHead() {
@@ -319,6 +320,32 @@ async function sendWithRetry(text, status) {
     await new Promise((resolve) => window.setTimeout(resolve, Math.max(1, wait) * 1000));
     return state.chat.send(text);
   }
+}
+
+/** An empty conversation with the built-in agent: phrases it understands, one click fills the box. */
+function renderSuggestions(agent) {
+  const log = $("#chat-log");
+  const phrases = agent?.suggestions?.[language()] || [];
+  if (log.children.length || !phrases.length) return;
+  const input = $("#composer-input");
+  log.append(
+    h(
+      "section",
+      { class: "suggestions", "aria-labelledby": "suggestions-title" },
+      h("h3", { id: "suggestions-title" }, t("suggestionsTitle")),
+      h(
+        "ul",
+        {},
+        phrases.map((phrase) =>
+          h(
+            "li",
+            {},
+            h("button", { type: "button", class: "suggestion", onclick: () => { input.value = phrase; input.focus(); } }, phrase),
+          ),
+        ),
+      ),
+    ),
+  );
 }
 
 /** The agent's per-message limit, shown under the message box before anything is sent. */
