@@ -137,6 +137,23 @@ def test_manual_summaries_agree_with_the_ring_and_mark_the_chat(
     if size[0] > 1000:
         page.screenshot(path=str(artifacts / "chat-summary-divider.png"))
 
+    # Item 12: the history file reads as messages (not literal JSON), with the file as written a click away.
+    show(page, "panel")
+    page.locator("#summary-box").get_by_role("button", name=re.compile("打开历史文件")).click()
+    messages = page.locator("#viewer-messages")
+    expect(messages).to_be_visible()
+    expect(messages.locator(".viewer-msg-human").first).to_contain_text("你好，我想去北京玩三天。")
+    assert "\\n" not in messages.inner_text()
+    expect(page.locator("#viewer-body")).to_be_hidden()
+    close = page.locator("#viewer-close")
+    close_box = close.bounding_box()
+    assert close_box is not None and close_box["height"] < 50  # one line, beside a long path
+    page.get_by_role("button", name="显示原始内容").click()
+    expect(page.locator("#viewer-body")).to_be_visible()
+    expect(page.locator("#viewer-body")).to_contain_text('"type": "human"')
+    expect(messages).to_be_hidden()
+    close.click()
+
 
 @pytest.mark.parametrize("size", VIEWPORTS)
 def test_conversations_rename_archive_search_and_titles(

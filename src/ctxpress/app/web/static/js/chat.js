@@ -30,6 +30,8 @@ export class Chat {
   }
 
   reset() {
+    this.loading?.abort();
+    this.loading = null;
     this.controller?.abort();
     this.controller = new AbortController();
     this.runs = new Map(); // runId -> {container, badge, cursor, following, chips}
@@ -62,10 +64,18 @@ export class Chat {
     await this.api.post(`/api/runs/${enc(runId)}/cancel`, {});
   }
 
+  /**
+   * Show a conversation from its record. Another conversation: the old one goes at once. The same
+   * one (a rebuild, a language switch): it stays until the record has arrived, then is replaced in
+   * one step, so the chat never shows empty in between.
+   */
   async open(conversationId) {
-    this.reset();
+    if (conversationId !== this.conversationId) this.reset();
     this.conversationId = conversationId;
-    const signal = this.controller.signal;
+    this.loading?.abort();
+    const loading = new AbortController();
+    this.loading = loading;
+    const signal = loading.signal;
     const base = `/api/conversations/${enc(conversationId)}`;
     let messages;
     let runs;
@@ -78,7 +88,8 @@ export class Chat {
       if (signal.aborted) return; // superseded by a newer open (another conversation, a language switch)
       throw exc;
     }
-    if (signal.aborted) return;
+    if (signal.aborted || conversationId !== this.conversationId) return;
+    this.reset();
     for (const message of messages) this.renderRecord(message);
     const ordered = [...runs.items].reverse(); // oldest first
     for (const run of ordered) {

@@ -127,12 +127,17 @@ async function start(api, me) {
 
 // --- conversations ---------------------------------------------------------------------------
 
+/** Agent names in the list (short, never cut off); the chosen one's description below it. */
 function renderAgentSelect() {
   const select = clear($("#agent-select"));
   for (const agent of state.agents) {
-    const label = agent.description ? `${agent.name} — ${agent.description}` : agent.name;
-    select.append(h("option", { value: agent.name, selected: agent.default }, label));
+    select.append(h("option", { value: agent.name, selected: agent.default }, agent.name));
   }
+  renderAgentDescription();
+}
+
+function renderAgentDescription() {
+  $("#agent-description").textContent = agentByName($("#agent-select").value)?.description ?? "";
 }
 
 async function loadConversations(more = false) {
@@ -414,6 +419,7 @@ function wire() {
     }
   });
   $("#more-conversations").addEventListener("click", () => loadConversations(true));
+  $("#agent-select").addEventListener("change", renderAgentDescription);
   let searchTimer = null;
   $("#conversation-search").addEventListener("input", () => {
     window.clearTimeout(searchTimer);

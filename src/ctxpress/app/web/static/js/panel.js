@@ -4,7 +4,7 @@
 import { ApiError, enc } from "./api.js";
 import { describeCompressionEvent, describeError } from "./chat.js";
 import { $, clear, h } from "./dom.js";
-import { formatBytes, formatPercent, formatTime, formatTokens, pressureLevel } from "./format.js";
+import { formatBytes, formatPercent, formatTime, formatTokens, prettyJson, pressureLevel } from "./format.js";
 import { has, language, t } from "./i18n.js";
 import { CAPABILITIES, ERROR_CODES, STATUSES, USAGE_CATEGORIES, VOCABULARY, WORKDIR_DIRS } from "./vocabulary.js";
 
@@ -505,6 +505,52 @@ export function describeCompressError(exc) {
   return t("requestFailed", { message: exc.message || exc.code });
 }
 
+/** A history file (JSON Lines: a header, then one LangChain message per line), or null if it is not one. */
+export function readHistory(text) {
+  const messages = [];
+  for (const line of text.split("\n")) {
+    if (!line.trim()) continue;
+    let item;
+    try {
+      item = JSON.parse(line);
+    } catch {
+      return null;
+    }
+    if (item && typeof item === "object" && item.data && typeof item.type === "string") messages.push(item);
+  }
+  return messages.length ? messages : null;
+}
+
+const HISTORY_ROLES = { human: "you", ai: "assistant", tool: "roleTool", system: "roleSystem" };
+
+/** The history as readable messages, with a toggle back to the file as written. */
+function showHistory(messages, box, raw, toggle) {
+  for (const message of messages) {
+    const data = message.data;
+    const content = typeof data.content === "string" ? data.content : prettyJson(data.content);
+    const role = HISTORY_ROLES[message.type] ? t(HISTORY_ROLES[message.type]) : message.type;
+    const calls = (data.tool_calls || []).map((call) => `→ ${call.name}(${JSON.stringify(call.args ?? {})})`);
+    box.append(
+      h(
+        "article",
+        { class: `viewer-msg viewer-msg-${message.type}` },
+        h("h3", { class: "msg-who" }, data.name ? `${role} · ${data.name}` : role),
+        content ? h("p", { class: "msg-text" }, content) : null,
+        calls.length ? h("p", { class: "muted small" }, calls.join("\n")) : null,
+      ),
+    );
+  }
+  const show = (asRaw) => {
+    box.hidden = asRaw;
+    raw.hidden = !asRaw;
+    toggle.setAttribute("aria-pressed", String(asRaw));
+    toggle.textContent = t(asRaw ? "showMessages" : "showRaw");
+  };
+  toggle.onclick = () => show(box.hidden === false);
+  toggle.hidden = false;
+  show(false);
+}
+
 /** The file viewer dialog (summary history files, offloaded tool results, any workdir file). */
 export async function openViewer(path, load) {
   const dialog = $("#viewer");
@@ -522,6 +568,11 @@ export async function openViewer(path, load) {
     },
     { once: true },
   );
+  const messagesBox = clear($("#viewer-messages"));
+  const rawToggle = $("#viewer-raw");
+  messagesBox.hidden = true;
+  rawToggle.hidden = true;
+  body.hidden = false;
   try {
     const file = await load();
     if (file.binary) {
@@ -529,6 +580,8 @@ export async function openViewer(path, load) {
     } else {
       $("#viewer-meta").textContent = t("bytes", { size: new TextEncoder().encode(file.text).length });
       body.textContent = file.text;
+      const history = path.endsWith(".jsonl") ? readHistory(file.text) : null;
+      if (history) showHistory(history, messagesBox, body, rawToggle);
     }
   } catch (exc) {
     $("#viewer-meta").textContent = t("requestFailed", { message: describeError(exc) });
