@@ -412,8 +412,8 @@ function wire() {
       const created = await state.api.post("/api/conversations", body);
       $("#title-input").value = "";
       state.conversations = [created, ...state.conversations];
-      await openConversation(created.id);
-      $("#composer-input").focus();
+      // Focus goes to the message box at once, not after the loads (a click meanwhile keeps its focus).
+      await openConversation(created.id, { focusChat: true });
     } catch (exc) {
       error.textContent = t("requestFailed", { message: describeError(exc) });
     }
