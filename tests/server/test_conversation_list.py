@@ -69,6 +69,9 @@ def test_rename_archive_search_and_automatic_titles(start_server: ServerFactory)
     assert alice.patch(f"/api/conversations/{first}", json={"archived": "maybe"}).status_code == 422
     assert bob.patch(f"/api/conversations/{first}", json={"title": "mine"}).status_code == 404
     assert alice.get("/api/conversations", params={"q": "x" * 201}).status_code == 422
+    # NUL (PostgreSQL refuses it in text): repaired as stored titles are, never a 500.
+    nul = alice.post("/api/conversations", json={"title": "a\x00b"}).json()
+    assert titles(alice, q="a\x00b") == [nul["title"]] == ["a\ufffdb"]
 
 
 def test_automatic_title_is_the_first_line_cut_short() -> None:

@@ -88,8 +88,13 @@ class ConversationService:
         archived: bool = False,
     ) -> list[Conversation]:
         async with self.database.session() as session:
+            # The search text repaired like stored titles (PostgreSQL refuses NUL in text).
             return await ConversationRepository(session).list_owned(
-                user.id, before=before, limit=limit, title_contains=title_contains, archived=archived
+                user.id,
+                before=before,
+                limit=limit,
+                title_contains=storable_text(title_contains),
+                archived=archived,
             )
 
     async def update(
