@@ -53,6 +53,7 @@ from ctxpress.app.server.runtime.worker import RunWorker, new_worker_id
 from ctxpress.app.server.settings import Settings
 from ctxpress.app.server.usecases.auth import AuthService, IssuedToken
 from ctxpress.app.server.usecases.compression import CompressionService
+from ctxpress.app.server.usecases.compression_history import CompressionHistoryService
 from ctxpress.app.server.usecases.conversations import ConversationService
 from ctxpress.app.server.usecases.files import FileService
 from ctxpress.app.server.usecases.pressure import PressureService
@@ -84,6 +85,8 @@ class Services:
     runs: RunService
     #: Manual compression (S17–S19) and the context status panel (S22).
     compression: CompressionService
+    #: The compressions of a conversation from the record (the panel's event list, issue 20).
+    compression_history: CompressionHistoryService
     #: Failed authentications per client address (shared through Redis when configured).
     auth_throttle: AuthThrottle
     #: Set when this start created the first user (printed once by `ctxpress serve`).
@@ -206,6 +209,7 @@ async def open_services(
             compression=CompressionService(
                 database=database, agents=registry, workdirs=workdirs, pressure=PressureService(database)
             ),
+            compression_history=CompressionHistoryService(database=database, agents=registry),
             auth_throttle=throttle,
         )
         await services.conversations.sync_agents()
