@@ -51,6 +51,12 @@ def argument_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
+def _short_scalar(value: Any) -> bool:
+    if isinstance(value, str):
+        return len(value) <= ARGUMENT_CHAR_LIMIT
+    return value is None or isinstance(value, int | float | bool)
+
+
 def argument_file_path(tool_name: str, argument: str, sha256_hex: str) -> str:
     tool = sanitize_tool_name(tool_name)
     return (
@@ -97,9 +103,8 @@ class ArgumentOffloader:
 
     def offload(self, tool_name: str, argument: str, value: Any) -> OffloadedArgument | None:
         """The replacement of `value`, or None when it stays; a failed write raises (S13)."""
-        if isinstance(value, str | int | float | bool) or value is None:
-            if not isinstance(value, str) or len(value) <= ARGUMENT_CHAR_LIMIT:
-                return None  # the common case, decided without serialising or caching anything
+        if _short_scalar(value):
+            return None  # the common case, decided without serialising or caching anything
         text = argument_text(value)
         if len(text) <= ARGUMENT_CHAR_LIMIT:
             return None
