@@ -25,6 +25,7 @@ from langchain_core.tools import BaseTool
 
 from ctxpress.tokens.estimate import profile_weights
 from ctxpress.tokens.estimate_cache import CACHE_MAX_CHARS, CACHE_MAX_ENTRIES, EstimateCache
+from ctxpress.tokens.exact import is_exact_profile, load_exact_counter
 from ctxpress.tokens.message_memo import MESSAGE_MEMO_MAX_ENTRIES, MESSAGE_MEMO_MAX_TOKENS, MessageMemo
 from ctxpress.tokens.messages import message_tokens, messages_tokens
 from ctxpress.tokens.tool_schemas import TOOL_SCHEMA_CACHE_MAX_ENTRIES, ToolSchemaCache
@@ -73,11 +74,13 @@ class TokenCounter:
         caches = self._profiles.get(profile)
         if caches is None:
             weights = profile_weights(profile)  # refuses an unknown profile
+            # A real tokenizer is loaded once per counter (outside the lock: it may take a second).
+            count_text = load_exact_counter(profile) if is_exact_profile(profile) else None
             with self._lock:
                 caches = self._profiles.get(profile)
                 if caches is None:
                     caches = (
-                        EstimateCache(weights, self.max_entries, self.max_chars),
+                        EstimateCache(weights, self.max_entries, self.max_chars, count_text),
                         MessageMemo(self.memo_max_entries, self.memo_max_tokens),
                     )
                     self._profiles[profile] = caches
@@ -121,8 +124,8 @@ class TokenCounter:
         """Approximate tokens of the tool schemas, as the OpenAI-format JSON a provider receives."""
         if not tools:
             return 0
-        profile_weights(profile)  # fail on an unknown profile even when every tool is cached
-        return sum(self._tools.tokens(tool, profile) for tool in tools)
+        count_text = self._caches(profile)[0].count_text  # refuses an unknown profile
+        return sum(self._tools.tokens(tool, profile, count_text) for tool in tools)
 
     def clear(self) -> None:
         """Forget every count (benchmarks of the cold path, tests)."""
