@@ -5,6 +5,7 @@
 
 Reports, on the *eval* half of the samples (the half the weights were not fitted on):
 - error per text type x tokenizer family: the matching profile, ``default``, and chars/4;
+- leave-one-source-out error: every source held out of a fit of its own (``token_loso.py``);
 - throughput (MB/s of UTF-8) of the estimator, chars/4 and each real tokenizer, timed in one run;
 - the per-message cache: cold vs warm ``TokenCounter.count_request`` on a long real thread, against
   ``langchain_core``'s ``count_tokens_approximately`` (chars/4) on the same messages.
@@ -50,6 +51,7 @@ from ctxpress.tokens.counter import REQUEST_OVERHEAD_TOKENS
 from ctxpress.tokens.exact import load_exact_counter
 from ctxpress.tokens.messages import MESSAGE_OVERHEAD_TOKENS, NAME_OVERHEAD_TOKENS, TOOL_CALL_OVERHEAD_TOKENS
 from shared_data import require_data_dir
+from token_loso import loso_section
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCS = REPO_ROOT / "docs" / "benchmarks.md"
@@ -427,6 +429,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "translations of system packages) calibrate kana/hangul and Cyrillic and are not goal types.",
         "",
         *error_lines,
+        *loso_section(),
         *throughput_section(groups, tokenizers, exact),
         *thread_accuracy_section(threads, tokenizers),
         *cache_section(threads, exact),
