@@ -17,9 +17,8 @@ from langchain_core.messages import AIMessage
 
 from ctxpress.compaction.argument_offload import ARGUMENT_CHAR_LIMIT, ArgumentOffloader
 from ctxpress.compaction.markers import is_omitted_argument, omitted_argument_hint
-from ctxpress.compaction.offload import short_error_text
+from ctxpress.compaction.offload import failure_reason
 from ctxpress.compaction.result import CompactionFailure, TruncatedArgument
-from ctxpress.workdir import WorkdirError
 
 FILE_WRITING_TOOLS = frozenset({"write_file", "edit_file"})
 
@@ -62,9 +61,8 @@ class _ArgumentCutter:
         try:
             offloaded = self.offloader.offload(self.tool_name, key, value)
         except Exception as exc:  # any backend failure: keep the argument as it is (S13)
-            reason = str(exc) if isinstance(exc, WorkdirError) else short_error_text(exc)
             self.records.failures.append(
-                CompactionFailure(self.message_id, self.tool_call_id, self.tool_name, reason)
+                CompactionFailure(self.message_id, self.tool_call_id, self.tool_name, failure_reason(exc))
             )
             return None
         if offloaded is None:

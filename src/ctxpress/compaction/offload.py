@@ -53,6 +53,11 @@ def short_error_text(exc: BaseException) -> str:
     return type(exc).__name__ + (f": {exc.strerror}" if isinstance(exc, OSError) and exc.strerror else "")
 
 
+def failure_reason(exc: BaseException) -> str:
+    """What a failed workdir write records (S13): our own error's text, else its type only."""
+    return str(exc) if isinstance(exc, WorkdirError) else short_error_text(exc)
+
+
 def offloaded_view_text(
     tool_name: str, path: str, sha256_hex: str, chars: int, tokens: int, preview: str
 ) -> str:
@@ -201,8 +206,8 @@ def compact_tool_message(
             try:
                 written_now = store_once(workdir, decision, data)
             except Exception as exc:  # any backend failure: keep the original (S13)
-                reason = str(exc) if isinstance(exc, WorkdirError) else short_error_text(exc)
-                return message, None, CompactionFailure(message.id, message.tool_call_id, tool_name, reason)
+                failure = CompactionFailure(message.id, message.tool_call_id, tool_name, failure_reason(exc))
+                return message, None, failure
         cache.put(key, decision)
     if decision is None:
         return message, None, None
