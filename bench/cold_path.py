@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -36,10 +35,6 @@ def numpy_class_counts(text: str) -> tuple[Any, Any]:
     starts[0] = True
     np.not_equal(classes[1:], classes[:-1], out=starts[1:])
     return np.bincount(classes, minlength=256), np.bincount(classes[starts], minlength=256)
-
-
-def median_ms(run: Callable[[], float], times: int = 15) -> float:
-    return statistics.median(run() for _ in range(times)) * 1e3
 
 
 def main() -> None:
@@ -67,13 +62,20 @@ def main() -> None:
         count_tokens_approximately(messages)
         return time.perf_counter() - start
 
-    cold_ms, reload_ms, approx_ms = median_ms(cold), median_ms(reload), median_ms(approx)
-    scan = estimate_module.text_features
-    estimate_module.text_features = lambda text: (0,) * len(features_module.FEATURE_NAMES)
-    try:
-        no_scan_ms = median_ms(cold)
-    finally:
-        estimate_module.text_features = scan
+    def without_scan() -> float:
+        scan = estimate_module.text_features
+        estimate_module.text_features = lambda text: (0,) * len(features_module.FEATURE_NAMES)
+        try:
+            return cold()
+        finally:
+            estimate_module.text_features = scan
+
+    # Round-robin, so that a change in the machine's load falls on every figure alike.
+    runs: dict[str, list[float]] = {"cold": [], "no scan": [], "reload": [], "approx": []}
+    for _ in range(15):
+        for name, run in (("cold", cold), ("no scan", without_scan), ("reload", reload), ("approx", approx)):
+            runs[name].append(run())
+    cold_ms, no_scan_ms, reload_ms, approx_ms = (statistics.median(runs[name]) * 1e3 for name in runs)
     print(f"thread: {len(thread.messages)} messages, {thread.tokens:,} estimated tokens")
     print(f"cold count {cold_ms:.2f} ms; without the byte-class scan {no_scan_ms:.2f} ms")
     print(f"reload count {reload_ms:.2f} ms; count_tokens_approximately {approx_ms:.2f} ms")

@@ -17,7 +17,7 @@ dict edited in place. The result is the same count either way.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from langchain_core.messages import BaseMessage, SystemMessage
@@ -69,13 +69,13 @@ class TokenCounter:
         self._lock = threading.Lock()
         self._profiles: dict[str, tuple[EstimateCache, MessageMemo]] = {}
         self._tools = ToolSchemaCache(tool_schema_max_entries)
+        self._exact: dict[str, Callable[[str], int]] = {}  # loaded real tokenizers, by profile
 
     def _caches(self, profile: str) -> tuple[EstimateCache, MessageMemo]:
         caches = self._profiles.get(profile)
         if caches is None:
             weights = profile_weights(profile)  # refuses an unknown profile
-            # A real tokenizer is loaded once per counter (outside the lock: it may take a second).
-            count_text = load_exact_counter(profile) if is_exact_profile(profile) else None
+            count_text = self._exact_counter(profile) if is_exact_profile(profile) else None
             with self._lock:
                 caches = self._profiles.get(profile)
                 if caches is None:
@@ -85,6 +85,13 @@ class TokenCounter:
                     )
                     self._profiles[profile] = caches
         return caches
+
+    def _exact_counter(self, profile: str) -> Callable[[str], int]:
+        """The real tokenizer `profile` names, loaded once per counter and kept by `clear()`."""
+        count_text = self._exact.get(profile)
+        if count_text is None:  # loaded outside the lock: it may take a second
+            count_text = self._exact.setdefault(profile, load_exact_counter(profile))
+        return count_text
 
     def count_request(
         self,
