@@ -127,8 +127,9 @@ async def compress_now(
     keep = config.summary_keep_messages
     if tokens_before >= config.threshold_tokens:
 
-        def kept_fits(kept: Sequence[BaseMessage]) -> bool:
-            return counter.count_request(kept, system_message, tools, profile) < config.threshold_tokens
+        def kept_fits(kept: Sequence[BaseMessage]) -> bool:  # as the next call sends it: its L1 view
+            shown = l1.messages[len(l1.messages) - len(kept) :]
+            return counter.count_request(shown, system_message, tools, profile) < config.threshold_tokens
 
         keep = keep_that_fits(effective, keep, kept_fits)
     plan = plan_summary(effective, l1.messages, messages, config, thread_id, keep)
