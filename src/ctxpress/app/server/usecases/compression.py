@@ -11,6 +11,7 @@ Manual compression is one synchronous maintenance request: no run, no queued req
         workdir handle released (success or failure)
       └ agent.graph.aupdate_state({"_summarization_event": …})
       └ pressure record marked stale (S19)
+      └ the thread's older checkpoints pruned (`runtime/checkpoint_pruning.py`)
     commit; the lock is released — a run submitted meanwhile starts now and reads the new state
 
 Nothing is written when any step before `aupdate_state` fails, so a failure leaves the state and
@@ -38,6 +39,7 @@ from ctxpress.app.server.errors import (
 from ctxpress.app.server.repositories.pressure import PressureRepository
 from ctxpress.app.server.repositories.usage import UsageRepository
 from ctxpress.app.server.runtime.agents import AgentRegistry, AgentRuntime, thread_config
+from ctxpress.app.server.runtime.checkpoint_pruning import prune_quietly
 from ctxpress.app.server.runtime.checkpoints import one_checkpoint_read
 from ctxpress.app.server.runtime.locks import LockedConversation, conversation_lock
 from ctxpress.app.server.runtime.usage_recording import UsageCollector
@@ -212,6 +214,8 @@ class CompressionService:
             ) from exc
         # The recorded figure described a request the state no longer implies (S19).
         await PressureRepository(session).invalidate(conversation_id)
+        # Still under the lock: the thread keeps the checkpoint just written, nothing older.
+        await prune_quietly(self.agents.checkpointer, conversation_id)
         checkpoint_id = (updated or {}).get("configurable", {}).get("checkpoint_id")
         return CompressionOutcome.of(conversation_id, result, checkpoint_id)
 

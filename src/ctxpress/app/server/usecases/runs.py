@@ -6,6 +6,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from langchain_core.messages import HumanMessage
+
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import (
     RUN_CANCELLED,
@@ -25,6 +27,7 @@ from ctxpress.app.server.errors import (
     UnknownInterruptError,
 )
 from ctxpress.app.server.repositories.conversations import ConversationRepository
+from ctxpress.app.server.repositories.messages import MessageRepository
 from ctxpress.app.server.repositories.runs import BusyState, RunRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.agents import AgentRegistry
@@ -65,7 +68,8 @@ class RunService:
         self.max_input_chars = max_input_chars
 
     async def submit(self, user: User, conversation_id: str, text: str) -> Intake:
-        """Start a run for the user's message, or queue it FIFO behind the conversation's active run."""
+        """Start a run for the user's message, or queue it FIFO behind the conversation's active run.
+        The message is stored in the chat record in the transaction that accepts the run."""
         if len(text) > self.max_input_chars:
             raise InputTooLongError(f"input is longer than {self.max_input_chars} characters")
         async with self.database.session() as session:
@@ -82,9 +86,11 @@ class RunService:
                 async with conversation_lock(session, conversation_id) as locked:
                     busy = await locked.busy_state()
                     runs = RunRepository(session)
-                    run = await runs.add(
-                        locked.conversation, input={"text": text, "message_id": str(uuid.uuid4())}
-                    )
+                    message = HumanMessage(content=text, id=str(uuid.uuid4()))
+                    run = await runs.add(locked.conversation, input={"text": text, "message_id": message.id})
+                    # In the chat record from the moment it is accepted (S1): a run that never
+                    # starts -- queued, cancelled, or failed after a crash -- still shows it.
+                    await MessageRepository(session).append(conversation_id, run.id, message)
                     slot_reserved = busy is None and self.worker.reserve_slot()
                     position = None
                     queued_because = None
