@@ -156,6 +156,9 @@ class Conversation(Base):
     next_queue_seq: Mapped[int] = mapped_column(BigInteger, default=1)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: Set (committed, so every process sees it) while a manual compression holds or is about to
+    #: hold this row's lock (S18); until this instant at most, so a crashed process's claim expires.
+    compressing_until: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class Run(Base):

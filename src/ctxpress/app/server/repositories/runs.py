@@ -21,7 +21,8 @@ from ctxpress.app.server.db.models import (
     utcnow,
 )
 
-BusyReason = Literal["running", "waiting_input", "queued"]
+#: "compressing": a manual compression holds the conversation (S18), see `conversations.compressing_until`.
+BusyReason = Literal["running", "waiting_input", "queued", "compressing"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,11 @@ class BusyState:
     #: The running or waiting run, if any (a conversation can be busy with queued requests only).
     active_run_id: str | None
     queued_runs: int
+
+    @classmethod
+    def compressing(cls, queued_runs: int = 0) -> BusyState:
+        """A manual compression holds the conversation."""
+        return cls("compressing", None, queued_runs)
 
 
 class RunRepository:

@@ -2,6 +2,7 @@
 
 Manual compression is one synchronous maintenance request: no run, no queued request, no run type.
 
+    mark the conversation `compressing` (committed; intake answers 409 `compressing` from now on)
     conversation lock (the one run intake takes, S18)
       └ busy? → 409 thread_busy (running | waiting_input | queued)
       └ state ← agent.graph.aget_state                        (the canonical compiled graph, S19;
@@ -12,7 +13,8 @@ Manual compression is one synchronous maintenance request: no run, no queued req
       └ agent.graph.aupdate_state({"_summarization_event": …})
       └ pressure record marked stale (S19)
       └ the thread's older checkpoints pruned (`runtime/checkpoint_pruning.py`)
-    commit; the lock is released — a run submitted meanwhile starts now and reads the new state
+    commit; the lock is released, then the mark -- a message sent meanwhile was refused with
+    `Retry-After`, and the next one starts at once on the new state
 
 Nothing is written when any step before `aupdate_state` fails, so a failure leaves the state and
 the `_summarization_event` exactly as they were.
@@ -22,13 +24,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.agents_file import CONTEXT_COMPRESSION
 from ctxpress.app.server.db.engine import Database
-from ctxpress.app.server.db.models import Conversation
+from ctxpress.app.server.db.models import Conversation, utcnow
 from ctxpress.app.server.errors import (
     AgentNotConfiguredError,
     CompressionFailedError,
@@ -36,12 +39,18 @@ from ctxpress.app.server.errors import (
     ServiceError,
     ThreadBusyError,
 )
+from ctxpress.app.server.repositories.conversations import ConversationRepository
 from ctxpress.app.server.repositories.pressure import PressureRepository
+from ctxpress.app.server.repositories.runs import BusyState
 from ctxpress.app.server.repositories.usage import UsageRepository
 from ctxpress.app.server.runtime.agents import AgentRegistry, AgentRuntime, thread_config
 from ctxpress.app.server.runtime.checkpoint_pruning import prune_quietly
 from ctxpress.app.server.runtime.checkpoints import one_checkpoint_read
-from ctxpress.app.server.runtime.locks import LockedConversation, conversation_lock
+from ctxpress.app.server.runtime.locks import (
+    COMPRESSING_RETRY_AFTER_SECONDS,
+    LockedConversation,
+    conversation_lock,
+)
 from ctxpress.app.server.runtime.usage_recording import UsageCollector
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.app.server.usecases.pressure import (
@@ -57,6 +66,11 @@ from ctxpress.pressure import SUGGEST_COMPRESS_RATIO, RequestPressure
 from ctxpress.summary.event import SummarizationEvent
 
 logger = logging.getLogger(__name__)
+
+#: How long a compression's mark (`conversations.compressing_until`) outlives the summary timeout,
+#: and how long it lasts when the agent sets none (seconds); a crashed process's mark expires then.
+CLAIM_MARGIN_S: Final = 60.0
+NO_TIMEOUT_CLAIM_S: Final = 600.0
 
 #: The summary model is an upstream service (502); the others are this service's storage (500).
 FAILURE_STATUS: Final[dict[FailedPart, int]] = {
@@ -137,6 +151,38 @@ class CompressionService:
         collector = UsageCollector(
             main_provider=runtime.main_usage_provider, summary_provider=runtime.summary_usage_provider
         )
+        until = await self._claim(conversation_id, runtime)
+        try:
+            return await self._compress_claimed(runtime, conversation_id, collector)
+        finally:
+            async with self.database.session() as session:
+                await ConversationRepository(session).release_compression(conversation_id, until=until)
+                await session.commit()
+
+    async def _claim(self, conversation_id: str, runtime: AgentRuntime) -> datetime:
+        """Mark the conversation as being compressed (committed: every process sees it) before
+        waiting for its lock, so intake refuses new messages at once instead of queueing behind
+        the summary call (`locks.py`); a second compression is refused the same way."""
+        now = utcnow()
+        until = now + timedelta(
+            seconds=(runtime.definition.summary_timeout or NO_TIMEOUT_CLAIM_S) + CLAIM_MARGIN_S
+        )
+        async with self.database.session() as session:
+            claimed = await ConversationRepository(session).claim_compression(
+                conversation_id, now=now, until=until
+            )
+            await session.commit()
+        if not claimed:
+            raise ThreadBusyError(
+                BusyState.compressing(),
+                "the conversation is already being compressed",
+                retry_after=COMPRESSING_RETRY_AFTER_SECONDS,
+            )
+        return until
+
+    async def _compress_claimed(
+        self, runtime: AgentRuntime, conversation_id: str, collector: UsageCollector
+    ) -> CompressionOutcome:
         refused: ServiceError | None = None
         async with (
             self.database.session() as session,

@@ -17,6 +17,7 @@ from ctxpress.app.server.db.models import (
     TERMINAL_RUN_STATUSES,
     Run,
     User,
+    utcnow,
 )
 from ctxpress.app.server.errors import (
     InputTooLongError,
@@ -78,12 +79,15 @@ class RunService:
                 raise NotFoundError("conversation not found")
             if (runtime := self.agents.get(conversation.agent_name)) is not None:
                 check_message_size(runtime, text)  # before anything is stored
-            # Hand the connection back before waiting for the lock: on SQLite the lock is an
-            # asyncio.Lock, and waiters holding pool connections starve the holder (pool deadlock).
+            # Hand the connection back before waiting for the lock: waiters holding pool
+            # connections starve the holder and every other user (`locks.py`). A manual
+            # compression is not waited for: 409 `thread_busy` (`compressing`) with Retry-After.
             await session.rollback()
             slot_reserved = False
             try:
-                async with conversation_lock(session, conversation_id) as locked:
+                async with conversation_lock(
+                    session, conversation_id, refuse_while_compressing=True
+                ) as locked:
                     busy = await locked.busy_state()
                     runs = RunRepository(session)
                     message = HumanMessage(content=text, id=str(uuid.uuid4()))
@@ -194,6 +198,10 @@ class RunService:
             return await RunRepository(session).list_for_conversation(conversation_id, limit=limit)
 
     async def busy_state(self, conversation_id: str) -> BusyState | None:
-        """A snapshot without the lock (for status displays; decisions must take the lock)."""
+        """A snapshot without the lock (for status displays; decisions must take the lock): a manual
+        compression holding the conversation first, then its runs."""
         async with self.database.session() as session:
-            return await RunRepository(session).busy_state(conversation_id)
+            busy = await RunRepository(session).busy_state(conversation_id)
+            if await ConversationRepository(session).compressing_until(conversation_id, now=utcnow()):
+                return BusyState.compressing(busy.queued_runs if busy else 0)
+            return busy
