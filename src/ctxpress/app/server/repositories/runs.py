@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from sqlalchemy import exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -23,6 +23,7 @@ from ctxpress.app.server.db.models import (
 
 #: "compressing": a manual compression holds the conversation (S18), see `conversations.compressing_until`.
 BusyReason = Literal["running", "waiting_input", "queued", "compressing"]
+BUSY_COMPRESSING: Final[BusyReason] = "compressing"
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class BusyState:
     @classmethod
     def compressing(cls, queued_runs: int = 0) -> BusyState:
         """A manual compression holds the conversation."""
-        return cls("compressing", None, queued_runs)
+        return cls(BUSY_COMPRESSING, None, queued_runs)
 
 
 class RunRepository:

@@ -5,7 +5,7 @@ import { ApiError, enc } from "./api.js";
 import { announce, clear, h } from "./dom.js";
 import { formatTokens, prettyJson, shorten } from "./format.js";
 import { has, t } from "./i18n.js";
-import { EVENTS, REASONS, RUN_STATUSES, STATUSES, VOCABULARY } from "./vocabulary.js";
+import { BUSY_REASONS, ERROR_CODES, EVENTS, REASONS, RUN_STATUSES, STATUSES, VOCABULARY } from "./vocabulary.js";
 
 const RESULT_DISPLAY_CHARS = 4000;
 const ACTIVE_STATUSES = new Set([RUN_STATUSES.QUEUED, RUN_STATUSES.RUNNING, RUN_STATUSES.WAITING_INPUT]);
@@ -467,6 +467,15 @@ export function describeCompressionEvent(data) {
   };
   const key = `ev_${data.status}`;
   return has(key) ? t(key, params) : `${data.status}: ${level}`;
+}
+
+/** Why a message was not sent: a manual compression holds the conversation (409 `thread_busy`,
+ * reason `compressing`, with `Retry-After`), or whatever else the service said. */
+export function describeSendError(exc) {
+  if (exc instanceof ApiError && exc.code === ERROR_CODES.THREAD_BUSY && exc.error.reason === BUSY_REASONS.COMPRESSING) {
+    return t("sendCompressing", { seconds: exc.error.details?.retry_after ?? 1 });
+  }
+  return t("requestFailed", { message: describeError(exc) });
 }
 
 export function describeError(exc) {

@@ -1,7 +1,7 @@
 // The page: sign in with an API token, conversations, chat and the status panel.
 
 import { Api, ApiError, enc, tokenStore } from "./api.js";
-import { Chat, describeError, submitOnEnter } from "./chat.js";
+import { Chat, describeError, describeSendError, submitOnEnter } from "./chat.js";
 import { $, announce, clear, h } from "./dom.js";
 import { formatDate } from "./format.js";
 import { initLanguage, language, setLanguage, t, translateDocument } from "./i18n.js";
@@ -284,7 +284,7 @@ function wire() {
       await state.chat.send(text);
       input.value = "";
     } catch (exc) {
-      error.textContent = t("requestFailed", { message: describeError(exc) });
+      error.textContent = describeSendError(exc);
     } finally {
       button.disabled = false;
       input.focus();
