@@ -40,8 +40,9 @@ from ctxpress.app.server.runtime.checkpoint_serde import CheckpointSerializer
 from ctxpress.app.server.settings import DatabaseTarget
 
 POSTGRES_POOL_MAX_SIZE = 10
-#: The SQLite write-ahead log is cut back to this size after each checkpoint of it (bytes).
-SQLITE_JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
+#: The SQLite write-ahead log is cut back to this size after each checkpoint of it (bytes); a prune
+#: empties it (`checkpoint_rows.SqliteCheckpointRows.reclaim_space`).
+SQLITE_JOURNAL_SIZE_LIMIT = 4 * 1024 * 1024
 
 _ReadKey = tuple[str, str, str | None]
 #: The checkpoints read in the current `one_checkpoint_read()` scope (None: no scope).
