@@ -18,6 +18,8 @@ creates `CONTROL_DIR/reached-<point>` and waits there until it is killed:
 - `model_after_tool`: in the main model call that follows a tool result. Together with
   `arm-slow_checkpoint` (the checkpoint save after a tool step waits 5 s; LangGraph saves in the
   background while the next step runs) the tool's result is then only a pending write.
+- `arm-slow_checkpoint_after_call`: the checkpoint save after a model step that calls a tool waits
+  5 s (with `tool_call`: how a run's `durability` decides what a kill in the tool leaves).
 """
 
 from __future__ import annotations
@@ -207,6 +209,9 @@ def slow_checkpoints() -> None:
             messages = checkpoint.get("channel_values", {}).get("messages") or [None]
             if armed("slow_checkpoint") and isinstance(messages[-1], ToolMessage):
                 await asyncio.sleep(5)  # only the save after a tool step lags
+            last = messages[-1]
+            if armed("slow_checkpoint_after_call") and isinstance(last, AIMessage) and last.tool_calls:
+                await asyncio.sleep(5)  # only the save after a model step that calls a tool lags
             return await _original(self, config, checkpoint, *args)
 
         saver.aput = aput  # type: ignore[method-assign]
