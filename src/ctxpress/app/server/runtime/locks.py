@@ -66,8 +66,6 @@ async def conversation_lock(
     """Wait for the conversation's lock, holding no pooled connection while waiting. Raises
     `NotFoundError` for an unknown conversation; with `refuse_while_compressing`, `ThreadBusyError`
     (`compressing`) when a manual compression holds or claimed it."""
-    if refuse_while_compressing:
-        await _refuse_if_compressing(session, conversation_id)
     pause = RETRY_FIRST_SECONDS
     while True:
         async with _hold(session, conversation_id, skip_locked=True) as locked:
@@ -94,13 +92,19 @@ async def _refuse_if_compressing(session: AsyncSession, conversation_id: str, *,
         if not await conversations.exists(conversation_id):
             raise NotFoundError("conversation not found")
         if refuse and await conversations.compressing_until(conversation_id, now=utcnow()) is not None:
-            raise ThreadBusyError(
-                BusyState.compressing(),
-                "the conversation is being compressed; send the message again in a moment",
-                retry_after=COMPRESSING_RETRY_AFTER_SECONDS,
-            )
+            raise compressing_refusal()
     finally:
         await session.rollback()
+
+
+def compressing_refusal() -> ThreadBusyError:
+    """409 `thread_busy` / `compressing` with `Retry-After`: what a message sent while a manual
+    compression holds its conversation is answered."""
+    return ThreadBusyError(
+        BusyState.compressing(),
+        "the conversation is being compressed; send the message again in a moment",
+        retry_after=COMPRESSING_RETRY_AFTER_SECONDS,
+    )
 
 
 @asynccontextmanager

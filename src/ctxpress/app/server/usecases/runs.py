@@ -33,7 +33,7 @@ from ctxpress.app.server.repositories.runs import BusyState, RunRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.agents import AgentRegistry
 from ctxpress.app.server.runtime.events import EventLog
-from ctxpress.app.server.runtime.locks import conversation_lock
+from ctxpress.app.server.runtime.locks import compressing_refusal, conversation_lock
 from ctxpress.app.server.runtime.worker import RunWorker
 from ctxpress.app.server.usecases.message_limits import check_message_size
 
@@ -77,6 +77,8 @@ class RunService:
             conversation = await ConversationRepository(session).get_owned(conversation_id, user.id)
             if conversation is None:
                 raise NotFoundError("conversation not found")
+            if conversation.compressing_until is not None and conversation.compressing_until > utcnow():
+                raise compressing_refusal()  # at once; the lock below refuses one claimed meanwhile
             if (runtime := self.agents.get(conversation.agent_name)) is not None:
                 check_message_size(runtime, text)  # before anything is stored
             # Hand the connection back before waiting for the lock: waiters holding pool
