@@ -157,7 +157,8 @@ class Conversation(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     #: Set (committed, so every process sees it) while a manual compression holds or is about to
-    #: hold this row's lock (S18); until this instant at most, so a crashed process's claim expires.
+    #: hold this row's lock (S18); until this instant at most. A mark whose lock is free is stale
+    #: (`runtime/locks.compression_holds`).
     compressing_until: Mapped[datetime | None] = mapped_column(default=None)
 
 

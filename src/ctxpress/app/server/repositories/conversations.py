@@ -37,16 +37,19 @@ class ConversationRepository:
             query = query.with_for_update(skip_locked=skip_locked)
         return (await self.session.execute(query)).scalar_one_or_none()
 
-    async def claim_compression(self, conversation_id: str, *, now: datetime, until: datetime) -> bool:
-        """Mark the conversation as being compressed until `until`, unless a live mark is there.
+    async def claim_compression(
+        self, conversation_id: str, *, now: datetime, until: datetime, force: bool = False
+    ) -> bool:
+        """Mark the conversation as being compressed until `until`, unless a live mark is there
+        (`force`: replace it -- the caller found that nobody holds the lock).
 
         A conversation with a live mark is not matched, so this never waits for the row lock of the
         compression that set it; it may wait for a short holder (intake, the worker)."""
+        condition = or_(Conversation.compressing_until.is_(None), Conversation.compressing_until <= now)
         statement = (
             update(Conversation)
             .where(
-                Conversation.id == conversation_id,
-                or_(Conversation.compressing_until.is_(None), Conversation.compressing_until <= now),
+                Conversation.id == conversation_id, condition if not force else Conversation.id.is_not(None)
             )
             .values(compressing_until=until)
             .returning(Conversation.id)

@@ -91,10 +91,27 @@ async def _refuse_if_compressing(session: AsyncSession, conversation_id: str, *,
     try:
         if not await conversations.exists(conversation_id):
             raise NotFoundError("conversation not found")
-        if refuse and await conversations.compressing_until(conversation_id, now=utcnow()) is not None:
+        if refuse and await compression_holds(session, conversation_id):
             raise compressing_refusal()
     finally:
         await session.rollback()
+
+
+async def compression_holds(session: AsyncSession, conversation_id: str) -> bool:
+    """Whether a manual compression holds (or waits for) the conversation's lock: a live mark
+    (`conversations.compressing_until`) and the lock held. A mark whose lock is free was left by a
+    process that died (SIGKILL) or belongs to a compression that has not taken the lock yet; either
+    way nobody is compressing now. Ends the session's transaction when it looked at the row lock."""
+    database = Database.of(session)
+    if await ConversationRepository(session).compressing_until(conversation_id, now=utcnow()) is None:
+        return False
+    if database.backend == "sqlite":
+        return database.local_conversation_locks.get(conversation_id).locked()
+    free = await ConversationRepository(session).read_for_lock(
+        conversation_id, row_lock=True, skip_locked=True
+    )
+    await session.rollback()  # let go of the row if it was free
+    return free is None
 
 
 def compressing_refusal() -> ThreadBusyError:

@@ -49,6 +49,7 @@ from ctxpress.app.server.runtime.checkpoints import one_checkpoint_read
 from ctxpress.app.server.runtime.locks import (
     COMPRESSING_RETRY_AFTER_SECONDS,
     LockedConversation,
+    compression_holds,
     conversation_lock,
 )
 from ctxpress.app.server.runtime.usage_recording import UsageCollector
@@ -168,9 +169,13 @@ class CompressionService:
             seconds=(runtime.definition.summary_timeout or NO_TIMEOUT_CLAIM_S) + CLAIM_MARGIN_S
         )
         async with self.database.session() as session:
-            claimed = await ConversationRepository(session).claim_compression(
-                conversation_id, now=now, until=until
-            )
+            conversations = ConversationRepository(session)
+            claimed = await conversations.claim_compression(conversation_id, now=now, until=until)
+            if not claimed and not await compression_holds(session, conversation_id):
+                # The mark of a process that died mid-compression: nobody holds the lock.
+                claimed = await conversations.claim_compression(
+                    conversation_id, now=now, until=until, force=True
+                )
             await session.commit()
         if not claimed:
             raise ThreadBusyError(

@@ -17,7 +17,6 @@ from ctxpress.app.server.db.models import (
     TERMINAL_RUN_STATUSES,
     Run,
     User,
-    utcnow,
 )
 from ctxpress.app.server.errors import (
     InputTooLongError,
@@ -33,7 +32,7 @@ from ctxpress.app.server.repositories.runs import BusyState, RunRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.agents import AgentRegistry
 from ctxpress.app.server.runtime.events import EventLog
-from ctxpress.app.server.runtime.locks import compressing_refusal, conversation_lock
+from ctxpress.app.server.runtime.locks import compressing_refusal, compression_holds, conversation_lock
 from ctxpress.app.server.runtime.worker import RunWorker
 from ctxpress.app.server.usecases.message_limits import check_message_size
 
@@ -77,9 +76,13 @@ class RunService:
             conversation = await ConversationRepository(session).get_owned(conversation_id, user.id)
             if conversation is None:
                 raise NotFoundError("conversation not found")
-            if conversation.compressing_until is not None and conversation.compressing_until > utcnow():
+            runtime = self.agents.get(conversation.agent_name)
+            # (`compression_holds` may end the transaction: the row's attributes are read before.)
+            if conversation.compressing_until is not None and await compression_holds(
+                session, conversation_id
+            ):
                 raise compressing_refusal()  # at once; the lock below refuses one claimed meanwhile
-            if (runtime := self.agents.get(conversation.agent_name)) is not None:
+            if runtime is not None:
                 check_message_size(runtime, text)  # before anything is stored
             # Hand the connection back before waiting for the lock: waiters holding pool
             # connections starve the holder and every other user (`locks.py`). A manual
@@ -204,6 +207,6 @@ class RunService:
         compression holding the conversation first, then its runs."""
         async with self.database.session() as session:
             busy = await RunRepository(session).busy_state(conversation_id)
-            if await ConversationRepository(session).compressing_until(conversation_id, now=utcnow()):
+            if await compression_holds(session, conversation_id):
                 return BusyState.compressing(busy.queued_runs if busy else 0)
             return busy
