@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from sqlalchemy import exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -21,7 +21,9 @@ from ctxpress.app.server.db.models import (
     utcnow,
 )
 
-BusyReason = Literal["running", "waiting_input", "queued"]
+#: "compressing": a manual compression holds the conversation (S18), see `conversations.compressing_until`.
+BusyReason = Literal["running", "waiting_input", "queued", "compressing"]
+BUSY_COMPRESSING: Final[BusyReason] = "compressing"
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,11 @@ class BusyState:
     #: The running or waiting run, if any (a conversation can be busy with queued requests only).
     active_run_id: str | None
     queued_runs: int
+
+    @classmethod
+    def compressing(cls, queued_runs: int = 0) -> BusyState:
+        """A manual compression holds the conversation."""
+        return cls(BUSY_COMPRESSING, None, queued_runs)
 
 
 class RunRepository:
