@@ -437,12 +437,15 @@ def replay_deepagents(thread: Thread, threshold: int, root: Path, model: Instant
     return replay
 
 
-def replay_all(thread: Thread, threshold: int, root: Path) -> dict[str, Replay]:
-    """The three middlewares over the same thread, each with its own instant model and workdir."""
+def replay_all(
+    thread: Thread, threshold: int, root: Path, make_model: Callable[[], Any] = InstantChatModel
+) -> dict[str, Replay]:
+    """The three middlewares over the same thread, each with its own summary model (`make_model()`:
+    an instant model unless told otherwise) and workdir."""
     return {
-        "ctxpress": replay_ours(thread, threshold, root / "ctxpress", InstantChatModel()),
-        "langchain": replay_langchain(thread, threshold, InstantChatModel()),
-        "deepagents": replay_deepagents(thread, threshold, root / "deepagents", InstantChatModel()),
+        "ctxpress": replay_ours(thread, threshold, root / "ctxpress", make_model()),
+        "langchain": replay_langchain(thread, threshold, make_model()),
+        "deepagents": replay_deepagents(thread, threshold, root / "deepagents", make_model()),
     }
 
 
