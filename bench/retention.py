@@ -39,6 +39,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -47,7 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import LLMResult
 
 from common import (
     PEERS,
@@ -293,12 +296,13 @@ def tally_thread(
     scratch: Path,
     make_model: Callable[[], Any],
     index: FactIndex,
+    summary_timeout: float | None = None,
 ) -> ThreadResult:
     result = ThreadResult()
     if not reaches_threshold(thread, threshold):
         return result
     result.reaching = 1
-    replays = replay_all(thread, threshold, scratch, make_model)
+    replays = replay_all(thread, threshold, scratch, make_model, summary_timeout)
     positions = [call.position for call in replays["ctxpress"].calls]
     for name, replay in replays.items():
         assert [call.position for call in replay.calls] == positions, name
@@ -334,13 +338,52 @@ def same_messages(sent: Sequence[BaseMessage], history: Sequence[BaseMessage]) -
 # --------------------------------------------------------------------------------------------------
 
 
-def openai_summary_model(url: str, name: str, max_tokens: int) -> Callable[[], Any]:
-    """A factory of summary models for an OpenAI-compatible server (temperature 0)."""
+#: How long a real summary model may take, for every middleware (ctxpress' own default is 120 s).
+REAL_SUMMARY_TIMEOUT_S = 900.0
+
+
+@dataclass
+class SummaryLog:
+    """What a real summary model answered, per middleware: its replies and its errors."""
+
+    replies: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    errors: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+
+
+class SummaryRecorder(BaseCallbackHandler):
+    """Writes one middleware's summary calls into a `SummaryLog`."""
+
+    def __init__(self, log: SummaryLog, middleware: str) -> None:
+        self.log = log
+        self.middleware = middleware
+
+    def on_llm_end(self, response: LLMResult, **kwargs: Any) -> None:
+        self.log.replies[self.middleware].append(response.generations[0][0].text)
+
+    def on_llm_error(self, error: BaseException, **kwargs: Any) -> None:
+        self.log.errors[self.middleware].append(f"{type(error).__name__}: {str(error)[:160]}")
+
+
+def openai_summary_model(url: str, name: str, max_tokens: int, log: SummaryLog) -> Callable[[], Any]:
+    """A factory of summary models for an OpenAI-compatible server (temperature 0, no retries),
+    each call logged; the middlewares are replayed in `PEERS` order, one model each."""
     from langchain_openai import ChatOpenAI
 
+    made = 0
+
     def make() -> Any:
+        nonlocal made
+        middleware = PEERS[made % len(PEERS)]
+        made += 1
         return ChatOpenAI(
-            base_url=url, api_key="not-needed", model=name, temperature=0, max_tokens=max_tokens, timeout=600
+            base_url=url,
+            api_key="not-needed",
+            model=name,
+            temperature=0,
+            max_tokens=max_tokens,
+            timeout=REAL_SUMMARY_TIMEOUT_S,
+            max_retries=0,
+            callbacks=[SummaryRecorder(log, middleware)],
         )
 
     return make
@@ -352,6 +395,7 @@ def run(
     thresholds: Sequence[int],
     sources: Sequence[str] | None,
     sets: Sequence[str],
+    summary_timeout: float | None = None,
 ) -> dict[tuple[str, int, str], ThreadResult]:
     meter = RealMeter(load_real_tokenizer("cl100k").count)
     results: dict[tuple[str, int, str], ThreadResult] = defaultdict(lambda: ThreadResult(threads=0))
@@ -364,7 +408,9 @@ def run(
             for thread in chosen:
                 index = FactIndex(thread)
                 with tempfile.TemporaryDirectory(prefix="ctxpress-retention-") as scratch:
-                    one = tally_thread(thread, k * TOKENS_PER_K, meter, Path(scratch), make_model, index)
+                    one = tally_thread(
+                        thread, k * TOKENS_PER_K, meter, Path(scratch), make_model, index, summary_timeout
+                    )
                 groups = [thread.source, ALL, *([TOOL_HEAVY] if thread.source in TOOL_HEAVY_SOURCES else [])]
                 for group in groups:
                     merge(results[(set_name, k, group)], one)
@@ -482,16 +528,19 @@ def main(argv: list[str] | None = None) -> None:
     thresholds = [int(k) for k in args.thresholds.split(",")]
     sources = args.sources.split(",") if args.sources else None
     make_model: Callable[[], Any] = InstantChatModel
+    log: SummaryLog | None = None
     if args.summary_model_url:
+        log = SummaryLog()
         make_model = openai_summary_model(
-            args.summary_model_url, args.summary_model_name, args.summary_max_tokens
+            args.summary_model_url, args.summary_model_name, args.summary_max_tokens, log
         )
 
     started = time.perf_counter()
-    results = run(args.quick, make_model, thresholds, sources, args.sets.split(","))
+    timeout = REAL_SUMMARY_TIMEOUT_S if log is not None else None
+    results = run(args.quick, make_model, thresholds, sources, args.sets.split(","), timeout)
     elapsed = time.perf_counter() - started
-    command = " ".join([COMMAND, *(argv if argv is not None else __import__("sys").argv[1:])])
-    lines = report(results, thresholds, command, elapsed, args.summary_model_url is not None)
+    command = " ".join([COMMAND, *(argv if argv is not None else sys.argv[1:])])
+    lines = report(results, thresholds, command, elapsed, log)
     print("\n".join(lines))
     if not args.no_docs and (not args.quick or args.summary_model_url):
         update_docs(args.marker or (f"{MARKER}_real" if args.summary_model_url else MARKER), lines)
@@ -502,13 +551,14 @@ def report(
     thresholds: Sequence[int],
     command: str,
     elapsed: float,
-    real_model: bool,
+    log: SummaryLog | None,
 ) -> list[str]:
-    title = "with a real summary model" if real_model else "the same canned summary for all"
+    title = "with a real summary model" if log is not None else "the same canned summary for all"
     model = (
         "a real model behind an OpenAI-compatible server writes every summary (temperature 0, the same "
-        "length limit for all three)"
-        if real_model
+        f"length limit for all three, no retries, ctxpress' summary timeout raised to the client's "
+        f"{REAL_SUMMARY_TIMEOUT_S:.0f} s)"
+        if log is not None
         else "every summary is the same canned text of the instant model (as in the L1-savings section), "
         "so a summary adds no fact: what is measured is what each middleware keeps raw, previews and "
         "writes to files"
@@ -545,6 +595,23 @@ def report(
         if len(rows) > 2:
             lines += ["", f"### {heading}", "", *rows]
     lines += ["", "Goal (tool-heavy traces, ctxpress):", "", *goal_lines(results, thresholds)]
+    if log is not None:
+        lines += ["", "What the summary model answered:", "", *summary_lines(log)]
+    return lines
+
+
+def summary_lines(log: SummaryLog) -> list[str]:
+    lines = []
+    for name in PEERS:
+        replies, errors = log.replies[name], log.errors[name]
+        sample = next((reply for reply in replies if reply.strip()), "")
+        mean = sum(len(reply) for reply in replies) / len(replies) if replies else 0
+        line = f"- {NAMES[name]}: {len(replies)} replies (mean {mean:.0f} characters), {len(errors)} errors"
+        if errors:
+            line += f" (first: `{errors[0]}`)"
+        if sample:
+            line += " -- first reply: " + json.dumps(sample[:300], ensure_ascii=False)
+        lines.append(line)
     return lines
 
 
