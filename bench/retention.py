@@ -566,8 +566,9 @@ def report(
     lines = [
         f"## Retention: what the model still sees after compression ({title})",
         "",
-        f"Reproduce: `{command}` ({elapsed:.0f} s here). Every recorded conversation of the six data sets "
-        "and the long sessions made from them, replayed request by request through ctxpress, LangChain "
+        f"Reproduce: `{command}` ({elapsed:.0f} s here). The recorded conversations of the shared traces "
+        "and the long sessions made from them (all six data sets, unless `--sources` / `--sets` / "
+        "`--quick` in the command narrow them), replayed request by request through ctxpress, LangChain "
         "v1's `SummarizationMiddleware` and DeepAgents' summarization, configured as in the L1-savings "
         f"section (same trigger in tokens, keep 10 messages); {model}.",
         "",
