@@ -5,9 +5,9 @@ calls, and the S14 cutoff (keep the most recent messages, never split a call fro
 soon passes it. The cutoff is not held back for it: a request made of the question plus every
 tool call since could stay over the threshold forever. Instead, when the summarised range holds
 the latest real user message (a HumanMessage that is not a ctxpress summary) and the kept part
-holds none, the summary message quotes it verbatim in a marked section -- bounded: a very long
-one keeps its head and tail around a marker naming the history file with the full text. The
-section is carried from summary to summary until a newer user message arrives.
+holds none, the summary message quotes it verbatim in a marked section -- bounded: one over a
+quarter of the summary threshold keeps its head and tail around a marker naming the history file
+with the full text. The section is carried from summary to summary until a newer user message arrives.
 
 *The earlier files.* Each history file keeps one summarised span; an offloaded result or argument
 that was summarised stays in the history file as its reference. So that every compressed fact is
@@ -30,8 +30,9 @@ from ctxpress.compaction.markers import offloaded_argument_path, parse_offload_r
 from ctxpress.summary.event import is_summary_message
 from ctxpress.tokens import estimate_tokens
 
-#: A quoted question longer than this (estimated tokens) keeps its head and tail only.
-QUESTION_MAX_TOKENS = 1500
+#: A quoted question longer than this share of the summary threshold keeps its head and tail only
+#: (the summary message must leave most of the threshold to the summary and the kept messages).
+QUESTION_SHARE_OF_THRESHOLD = 0.25
 QUESTION_HEADING = "## The user's current request (verbatim; the messages after it answer it)"
 FILES_HEADING = "## Earlier files of this conversation (read one to see its full text)"
 #: Files named in a summary message; older ones are listed in the new history file's header.
@@ -55,11 +56,16 @@ def question_to_carry(summarised: Sequence[BaseMessage], kept: Sequence[BaseMess
     return None
 
 
-def question_section(text: str, history_file: str | None, profile: str = "default") -> str:
-    """The marked section quoting the question: whole, or its head and tail when very long."""
-    if estimate_tokens(text, profile) > QUESTION_MAX_TOKENS:
-        head = take_head(text, QUESTION_MAX_TOKENS // 2, profile)
-        tail = take_tail(text, QUESTION_MAX_TOKENS // 2, profile)
+def question_budget(threshold_tokens: int) -> int:
+    """The most tokens a quoted question keeps (`QUESTION_SHARE_OF_THRESHOLD` of the threshold)."""
+    return int(threshold_tokens * QUESTION_SHARE_OF_THRESHOLD)
+
+
+def question_section(text: str, history_file: str | None, budget: int, profile: str = "default") -> str:
+    """The marked section quoting the question: whole, or its head and tail when over `budget`."""
+    if estimate_tokens(text, profile) > budget:
+        head = take_head(text, budget // 2, profile)
+        tail = take_tail(text, budget // 2, profile)
         where = f"; the full text is in {history_file} " if history_file else " "
         left_out = len(text) - len(head) - len(tail)
         text = f"{head}\n[… {left_out:,} characters of the request left out{where}…]\n{tail}"

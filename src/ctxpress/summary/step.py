@@ -21,6 +21,7 @@ from ctxpress.summary.carried import (
     cumulative_files,
     files_section,
     is_user_request,
+    question_budget,
     question_section,
     question_to_carry,
 )
@@ -51,6 +52,8 @@ class SummaryPlan:
     first_kept_id: str | None
     summary_count: int  # this summary's sequence number in the thread
     question: str | None = None  # the user request this summary passes, quoted verbatim
+    question_budget: int = 0  # the most tokens the quote keeps (`carried.question_budget`)
+    profile: str = "default"  # the token profile the quote is measured in
     carried_question: str | None = None  # the previous summary's question section, still current
 
 
@@ -152,6 +155,8 @@ def plan_summary(
         first_kept_id=state_messages[global_cutoff].id,
         summary_count=(previous.get("summary_count", 0) if previous else 0) + 1,
         question=question,
+        question_budget=question_budget(config.threshold_tokens),
+        profile=config.token_profile,
         carried_question=carried,
     )
 
@@ -170,7 +175,7 @@ def finish_summary(plan: SummaryPlan, saved: SavedSummary) -> SummaryStep:
     outcome = saved.outcome
     text = outcome.text if outcome.ok else failed_summary_text(outcome.error or "", plan.messages)
     question = (
-        question_section(plan.question, saved.file_path)
+        question_section(plan.question, saved.file_path, plan.question_budget, plan.profile)
         if plan.question is not None
         else plan.carried_question
     )
