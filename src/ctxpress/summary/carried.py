@@ -13,8 +13,8 @@ with the full text. The section is carried from summary to summary until a newer
 that was summarised stays in the history file as its reference. So that every compressed fact is
 one read from a path named in the request, the summary message names, besides its own history
 file, every earlier history file of the thread and every offload file the summarised messages
-referenced (cumulative through `_summarization_event`). The most recent `MAX_LISTED_FILES` are
-listed; the complete list is also in the header of the new history file (`earlier_files`), which
+referenced (cumulative through `_summarization_event`). The newest that fit in an eighth of the
+summary threshold are listed; the complete list is also in the header of the new history file (`earlier_files`), which
 the summary message names, so a long thread's older files are one read further, never lost.
 """
 
@@ -35,8 +35,9 @@ from ctxpress.tokens import estimate_tokens
 QUESTION_SHARE_OF_THRESHOLD = 0.25
 QUESTION_HEADING = "## The user's current request (verbatim; the messages after it answer it)"
 FILES_HEADING = "## Earlier files of this conversation (read one to see its full text)"
-#: Files named in a summary message; older ones are listed in the new history file's header.
-MAX_LISTED_FILES = 40
+#: The share of the summary threshold the list of earlier files may take in a summary message; the
+#: newest that fit are listed, the older ones only in the new history file's header.
+FILES_SHARE_OF_THRESHOLD = 0.125
 
 
 def is_user_request(message: BaseMessage) -> bool:
@@ -99,9 +100,22 @@ def cumulative_files(
     return tuple(dict.fromkeys([*earlier, *new]))
 
 
-def files_section(files: Sequence[str], history_file: str | None) -> str:
-    """The marked list of earlier files: the most recent `MAX_LISTED_FILES`, and where the rest are."""
-    listed = list(files[-MAX_LISTED_FILES:])
+def files_budget(threshold_tokens: int) -> int:
+    """The most tokens the list of earlier files takes (`FILES_SHARE_OF_THRESHOLD` of the threshold)."""
+    return int(threshold_tokens * FILES_SHARE_OF_THRESHOLD)
+
+
+def files_section(
+    files: Sequence[str], history_file: str | None, budget: int, profile: str = "default"
+) -> str:
+    """The marked list of earlier files: the newest within `budget` tokens, and where the rest are."""
+    listed: list[str] = []
+    used = estimate_tokens(FILES_HEADING, profile)
+    for path in reversed(files):
+        used += estimate_tokens(f"- {path}\n", profile)
+        if used > budget:
+            break
+        listed.insert(0, path)
     lines = [FILES_HEADING, *(f"- {path}" for path in listed)]
     if len(files) > len(listed):
         where = f"in the header of {history_file} " if history_file else "in the earlier history files "

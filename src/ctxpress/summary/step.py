@@ -19,6 +19,7 @@ from langchain_core.messages import BaseMessage, ToolMessage
 from ctxpress.config import CompressionConfig
 from ctxpress.summary.carried import (
     cumulative_files,
+    files_budget,
     files_section,
     is_user_request,
     question_budget,
@@ -53,6 +54,7 @@ class SummaryPlan:
     summary_count: int  # this summary's sequence number in the thread
     question: str | None = None  # the user request this summary passes, quoted verbatim
     question_budget: int = 0  # the most tokens the quote keeps (`carried.question_budget`)
+    files_budget: int = 0  # the most tokens the list of earlier files takes (`carried.files_budget`)
     profile: str = "default"  # the token profile the quote is measured in
     carried_question: str | None = None  # the previous summary's question section, still current
 
@@ -156,6 +158,7 @@ def plan_summary(
         summary_count=(previous.get("summary_count", 0) if previous else 0) + 1,
         question=question,
         question_budget=question_budget(config.threshold_tokens),
+        files_budget=files_budget(config.threshold_tokens),
         profile=config.token_profile,
         carried_question=carried,
     )
@@ -182,7 +185,7 @@ def finish_summary(plan: SummaryPlan, saved: SavedSummary) -> SummaryStep:
     files = plan.span.earlier_files
     sections = [
         *([question] if question else []),
-        *([files_section(files, saved.file_path)] if files else []),
+        *([files_section(files, saved.file_path, plan.files_budget, plan.profile)] if files else []),
     ]
     summary_message = make_summary_message(text, saved.file_path, plan.summary_count, sections)
     event: SummarizationEvent = {
