@@ -20,7 +20,7 @@ from ctxpress.app.server.repositories.runs import BusyReason
 from ctxpress.app.server.runtime import events as sse_events
 from ctxpress.app.server.schemas import VocabularyOut
 from ctxpress.app.server.usecases.compression import FAILURE_STATUS
-from ctxpress.app.server.usecases.runs import WORKERS_BUSY
+from ctxpress.app.server.usecases.runs import USER_RUN_LIMIT, WORKERS_BUSY
 from ctxpress.compaction.offload import LARGE_RESULTS_DIR
 from ctxpress.middleware import EVENT_KEY
 from ctxpress.pressure import SUGGEST_COMPRESS_RATIO
@@ -66,7 +66,7 @@ def vocabulary() -> VocabularyOut:
         usage_categories={"MAIN": models.USAGE_MAIN, "SUMMARY": models.USAGE_SUMMARY},
         workdir_dirs={"LARGE_TOOL_RESULTS": LARGE_RESULTS_DIR, "CONVERSATION_HISTORY": HISTORY_DIR},
         busy_reasons=busy_reasons,
-        queued_reasons=[*busy_reasons, WORKERS_BUSY],
+        queued_reasons=[*busy_reasons, WORKERS_BUSY, USER_RUN_LIMIT],
         failed_parts=[str(part) for part in FAILURE_STATUS],
         summary_marker=SUMMARY_MARKER,
         summary_event_key=EVENT_KEY,
