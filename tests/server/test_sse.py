@@ -6,6 +6,7 @@ Every test runs on SQLite and PostgreSQL, and with the in-process live bus and w
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -139,7 +140,9 @@ def test_reconnect_mid_run_gets_every_delta_once(start_server: ServerFactory, bu
     assert len(deltas) < 40 and all(len(event.data["delta"]) <= 12 + 6 for event in deltas)
 
 
-def test_a_failing_model_ends_the_run_with_an_error_event(start_server: ServerFactory) -> None:
+def test_a_failing_model_ends_the_run_with_an_error_event(
+    start_server: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     def flaky(messages: Sequence[BaseMessage]) -> AIMessage:
         if "坏" in messages[-1].text:
             raise RuntimeError("upstream model returned 502")
@@ -151,8 +154,12 @@ def test_a_failing_model_ends_the_run_with_an_error_event(start_server: ServerFa
     server = start_server(agents=[agent])
     alice = server.client(server.create_user("alice"))
     conversation_id = create_conversation(alice)
-    failed = read_events(alice, send(alice, conversation_id, "坏请求")["run"]["id"])
+    caplog.set_level(logging.ERROR)
+    run_id = send(alice, conversation_id, "坏请求")["run"]["id"]
+    failed = read_events(alice, run_id)
     assert [event.type for event in failed][-2:] == ["error", "run_finished"]
+    # The log line names the run and its conversation.
+    assert f"[run={run_id} conversation={conversation_id}]" in caplog.text
     assert "upstream model returned 502" in failed[-2].data["message"]
     assert failed[-1].data["status"] == "failed"
     # The conversation is free again and the next message works.

@@ -29,6 +29,7 @@ from ctxpress.app.server.db.models import (
     Run,
     utcnow,
 )
+from ctxpress.app.server.log_context import run_logging_context
 from ctxpress.app.server.metrics import ServiceMetrics
 from ctxpress.app.server.repositories.messages import MessageRepository
 from ctxpress.app.server.repositories.pressure import PressureRepository
@@ -111,6 +112,10 @@ class RunExecutor:
         self.delta_max_chars = delta_max_chars
 
     async def execute(self, active: ActiveRun) -> None:
+        with run_logging_context(active.run_id, active.conversation_id):
+            await self._execute(active)
+
+    async def _execute(self, active: ActiveRun) -> None:
         async with self.database.session() as session:
             run = await RunRepository(session).get(active.run_id)
         if run is None or run.status != RUN_RUNNING or run.lease_owner != self.worker_id:
