@@ -52,7 +52,10 @@ class ServiceMetrics:
             "ctxpress_live_events_published", "Events handed to the live bus.", registry=r
         )
         self.live_delivered = Counter(
-            "ctxpress_live_events_delivered", "Events written to SSE clients.", ["source"], registry=r
+            "ctxpress_live_events_delivered",
+            "Events written to SSE clients, by where they were read: sql or bus.",
+            ["source"],
+            registry=r,
         )
         self.live_dropped = Counter(
             "ctxpress_live_events_dropped",
