@@ -173,7 +173,12 @@ async def open_services(
         await bus.start()
         stack.push_async_callback(bus.stop)
         events = EventLog(
-            database, bus=bus, metrics=metrics, poll_seconds=min(settings.worker_poll_seconds, 1.0)
+            database,
+            bus=bus,
+            metrics=metrics,
+            poll_seconds=min(settings.worker_poll_seconds, 1.0),
+            # One SQLite process, or every process on Redis: nobody writes events the bus misses.
+            bus_sees_everything=bus.shared or target.backend == "sqlite",
         )
         usage = UsageService(database, excluded_providers=settings.usage_excluded_providers)
         worker_id = new_worker_id()

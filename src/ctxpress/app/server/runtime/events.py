@@ -8,7 +8,8 @@
 
 `follow` serves one SSE stream: the durable events after the client's position from SQL plus, while
 the run executes, the deltas the bus still holds (its backlog); then what the bus delivers. It reads
-SQL again when the bus is silent for `poll_seconds`, reports a gap (a lost Redis connection, a full
+SQL again when the bus is silent for `poll_seconds` (`BUS_RECHECK_SECONDS` when every writer
+publishes on this bus: Redis, or SQLite's single process), reports a gap (a lost Redis connection, a full
 queue), or delivers `run_finished`/`interrupt` — so a stream never ends before the run's final
 events, and without a shared bus (PostgreSQL without Redis, another process's run) it still gets
 every durable event, `poll_seconds` late at most.
@@ -50,18 +51,30 @@ CUSTOM: Final = "custom"
 #: After these the follower checks the run's status in SQL: its stream may end.
 ENDING_EVENT_TYPES: Final = frozenset({RUN_FINISHED, INTERRUPT})
 REPLAY_BATCH = 500
+#: With a bus that carries every event, how long a stream waits in silence before re-reading SQL.
+BUS_RECHECK_SECONDS = 5.0
 
 DurableListener = Callable[[int], None]
 
 
 class EventLog:
     def __init__(
-        self, database: Database, *, bus: LiveBus, metrics: ServiceMetrics, poll_seconds: float
+        self,
+        database: Database,
+        *,
+        bus: LiveBus,
+        metrics: ServiceMetrics,
+        poll_seconds: float,
+        bus_sees_everything: bool,
     ) -> None:
+        """`bus_sees_everything`: every process writing events publishes on this bus (Redis, or
+        SQLite's single process); streams then re-read SQL after `BUS_RECHECK_SECONDS` of silence
+        only, as a safety net, instead of every `poll_seconds`."""
         self.database = database
         self.bus = bus
         self.metrics = metrics
         self.poll_seconds = poll_seconds
+        self.silence_seconds = max(poll_seconds, BUS_RECHECK_SECONDS) if bus_sees_everything else poll_seconds
         self._durable_listeners: dict[str, DurableListener] = {}
 
     async def append(self, session: AsyncSession, run_id: str, event_type: str, data: dict[str, Any]) -> int:
@@ -121,7 +134,7 @@ class EventLog:
                     self.metrics.live_delivered.labels(source=_source(event)).inc()
                     yield event
             while _executing(run):
-                batch = await subscriber.next_batch(self.poll_seconds)
+                batch = await subscriber.next_batch(self.silence_seconds)
                 check_sql = not batch or subscriber.take_gap()
                 for event in batch:
                     if event.position <= cursor:
