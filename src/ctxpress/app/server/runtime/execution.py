@@ -18,6 +18,7 @@ from typing import Any, Final, Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, StateSnapshot, StreamMode
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import (
@@ -53,7 +54,7 @@ from ctxpress.app.server.runtime.unanswered_calls import (
     unanswered_call_text,
     unanswered_reason,
 )
-from ctxpress.app.server.runtime.usage_recording import UsageCollector, UsageExclusion
+from ctxpress.app.server.runtime.usage_recording import UsageCollector, UsageDraft, UsageExclusion
 from ctxpress.app.server.serialization import to_jsonable
 from ctxpress.summary.event import is_summary_message
 
@@ -189,18 +190,19 @@ class RunExecutor:
         async for namespace, mode, data in runtime.graph.astream(
             graph_input, config, stream_mode=STREAM_MODES, subgraphs=True
         ):
+            stored: list[MappedItem] = []
             for item in mapper.map(tuple(namespace), str(mode), data):
                 if isinstance(item, OutgoingEvent) and item.type == events.MESSAGE_DELTA:
                     deltas.add(item.data)  # live only, coalesced
                     continue
-                deltas.flush()  # the deltas so far go before this event
                 if isinstance(item, OutgoingEvent) and item.type == events.CONTEXT_COMPRESSION:
                     self._observe_compression(item.data, compression_started)
-                await self._publish(run, item)
-            if mode == "updates":
-                deltas.flush()
-                # After the node's messages, so `usage` follows the `message` it belongs to.
-                await self._record_usage(run, collector)
+                stored.append(item)
+            # A node's messages and its model call's usage (after them) in one transaction.
+            drafts = collector.drain() if mode == "updates" else []
+            if stored or drafts:
+                deltas.flush()  # the deltas so far go before these events
+                await self._store(run, stored, drafts)
         state = await runtime.graph.aget_state(thread_config(run.conversation_id))
         interrupts = [{"id": pending.id, "value": to_jsonable(pending.value)} for pending in state.interrupts]
         return Outcome(RUN_WAITING_INPUT, interrupts=interrupts) if interrupts else Outcome(RUN_SUCCEEDED)
@@ -271,30 +273,11 @@ class RunExecutor:
         ]
         return unanswered_call_text(reason, conversation_language(user_texts or [run.input["text"]]))
 
-    async def _publish(self, run: Run, item: MappedItem) -> None:
+    async def _store(self, run: Run, items: list[MappedItem], drafts: list[UsageDraft]) -> None:
+        """Durable events (with their chat-record messages) and usage records, in one transaction."""
         async with self.database.session() as session:
-            if isinstance(item, RecordedMessage):
-                record = await MessageRepository(session).append(run.conversation_id, run.id, item.message)
-                if record is None:
-                    return  # already in the chat record (and announced) earlier
-                for event in item.events:
-                    await self.events.append(
-                        session, run.id, event.type, {**event.data, "record_id": record.id}
-                    )
-            else:
-                await self.events.append(session, run.id, item.type, item.data)
-                if item.type == events.CONTEXT_PRESSURE:
-                    # The status panel's record of the last main-model request (S22), with its event.
-                    await record_pressure_event(
-                        PressureRepository(session), run.conversation_id, run.id, item.data
-                    )
-            await session.commit()
-
-    async def _record_usage(self, run: Run, collector: UsageCollector) -> None:
-        drafts = collector.drain()
-        if not drafts:
-            return
-        async with self.database.session() as session:
+            for item in items:
+                await self._write(session, run, item)
             usage = UsageRepository(session)
             for draft in drafts:
                 await usage.add(draft.to_record(run.conversation_id, run.id))
@@ -302,6 +285,26 @@ class RunExecutor:
                     session, run.id, events.USAGE, self.usage_exclusion.event_data(draft)
                 )
             await session.commit()
+
+    async def _write(self, session: AsyncSession, run: Run, item: MappedItem) -> None:
+        if isinstance(item, RecordedMessage):
+            record = await MessageRepository(session).append(run.conversation_id, run.id, item.message)
+            if record is None:
+                return  # already in the chat record (and announced) earlier
+            for event in item.events:
+                await self.events.append(session, run.id, event.type, {**event.data, "record_id": record.id})
+        else:
+            await self.events.append(session, run.id, item.type, item.data)
+            if item.type == events.CONTEXT_PRESSURE:
+                # The status panel's record of the last main-model request (S22), with its event.
+                await record_pressure_event(
+                    PressureRepository(session), run.conversation_id, run.id, item.data
+                )
+
+    async def _record_usage(self, run: Run, collector: UsageCollector) -> None:
+        drafts = collector.drain()
+        if drafts:
+            await self._store(run, [], drafts)
 
     async def _finish(self, run: Run, outcome: Outcome) -> None:
         async with self.database.session() as session, conversation_lock(session, run.conversation_id):
