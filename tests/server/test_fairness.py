@@ -60,3 +60,25 @@ def test_one_user_cannot_take_every_slot(start_server: ServerFactory) -> None:
         gates.open()
     for client, accepted in ((alice, a1), (alice, a2), (alice, a3), (bob, b2)):
         assert wait_for_status(client, accepted["run"]["id"], {"succeeded"})["status"] == "succeeded"
+
+
+def test_a_long_queue_of_one_user_does_not_starve_another(start_server: ServerFactory) -> None:
+    """Alice's queued runs are older and more than the worker looks at per claim; Bob's run still
+    gets the slot that frees up, because users at their share are left out of the look."""
+    names = [f"a{index}" for index in range(8)]
+    gates = Gates(*names, "b1", "b2")
+    server = start_server(agents=[gated_agent(gates)], max_concurrent_runs=2, max_runs_per_user=1)
+    alice = server.client(server.create_user("alice"))
+    bob = server.client(server.create_user("bob"))
+    try:
+        accepted = [send(alice, create_conversation(alice), name) for name in names]
+        assert accepted[0]["started"] and all(a["queued_because"] == "user_run_limit" for a in accepted[1:])
+        b1 = send(bob, create_conversation(bob), "b1")
+        b2 = send(bob, create_conversation(bob), "b2")
+        assert b1["started"] is True and b2["queued_because"] == "user_run_limit"
+        gates.open("b1")
+        assert wait_for_status(bob, b2["run"]["id"], {"running"})["status"] == "running"
+    finally:
+        gates.open()
+    for accepted_run in accepted:
+        assert wait_for_status(alice, accepted_run["run"]["id"], {"succeeded"})["status"] == "succeeded"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import exists, func, select, update
+from sqlalchemy import exists, func, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -128,9 +129,11 @@ class RunRepository:
         )
         return (await self.session.execute(query)).scalar_one_or_none()
 
-    async def ready_queue_heads(self, *, limit: int) -> list[tuple[str, str]]:
+    async def ready_queue_heads(
+        self, *, limit: int, excluding_owners: Collection[str] = ()
+    ) -> list[tuple[str, str]]:
         """(conversation id, owner id) of conversations whose queue head can start: queued runs and
-        nothing running or waiting, the longest waiting first.
+        nothing running or waiting, the longest waiting first; none of `excluding_owners`.
 
         A hint only (no lock): the claimer re-checks under the conversation lock.
         """
@@ -145,6 +148,7 @@ class RunRepository:
                     active.conversation_id == Run.conversation_id, active.status.in_(ACTIVE_RUN_STATUSES)
                 ),
             )
+            .where(Conversation.owner_id.not_in(list(excluding_owners)) if excluding_owners else true())
             .group_by(Run.conversation_id, Conversation.owner_id)
             .order_by(oldest_queued)
             .limit(limit)

@@ -88,6 +88,12 @@ class RunWorker:
         running = sum(1 for active in self._active.values() if active.user_id == user_id)
         return running + self._reserved_by_user[user_id] >= self.max_runs_per_user
 
+    def users_at_limit(self) -> set[str]:
+        users = {active.user_id for active in self._active.values() if active.user_id} | set(
+            self._reserved_by_user
+        )
+        return {user_id for user_id in users if self.user_at_limit(user_id)}
+
     def reserve_slot(self, user_id: str) -> bool:
         """Book capacity before claiming a run (claim and launch are separated by a commit)."""
         if not self.has_free_slot() or self.user_at_limit(user_id):
@@ -195,8 +201,10 @@ class RunWorker:
         if free <= 0 or self._stopping:
             return 0
         async with self.database.session() as session:
-            # Oldest first; users at their limit are skipped, so the look goes further than `free`.
-            candidates = await RunRepository(session).ready_queue_heads(limit=free * 4)
+            # Oldest first, without the users who hold their share already (however long their queue).
+            candidates = await RunRepository(session).ready_queue_heads(
+                limit=free * 2, excluding_owners=self.users_at_limit()
+            )
         started = 0
         for conversation_id, user_id in candidates:
             if not self.has_free_slot():
