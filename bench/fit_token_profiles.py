@@ -31,7 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import lsq_linear, minimize
 
-from ctxpress.app.testing.real_tokenizers import PROFILE_FAMILIES, load_real_tokenizers
+from ctxpress.app.testing.real_tokenizers import PROFILE_FAMILIES, RealTokenizer, load_real_tokenizers
 from ctxpress.app.testing.token_samples import (
     CALIBRATION_LANGUAGES,
     TEXT_TYPES,
@@ -198,44 +198,49 @@ def fit_default(features: Matrix, per_family: dict[str, Matrix], types: list[str
     return fitted
 
 
-def _format(profiles: dict[str, Matrix]) -> str:
-    lines = ["PROFILE_WEIGHTS: Final[Mapping[str, tuple[float, ...]]] = {"]
-    for name, weights in profiles.items():
-        values = ", ".join(f"{round(float(w), 4)}" for w in weights)
-        lines.append(f'    "{name}": ({values}),')
-    lines.append("}")
-    return "\n".join(lines)
+class TokenTable:
+    """Real token counts per (family, sample), each counted once however many fits use it."""
+
+    def __init__(self, tokenizers: dict[str, RealTokenizer]) -> None:
+        self.tokenizers = tokenizers
+        self._counts: dict[tuple[str, int], float] = {}
+
+    def counts(self, family: str, samples: Sequence[TextSample]) -> Matrix:
+        count = self.tokenizers[family].count
+        return np.array(
+            [self._counts.setdefault((family, id(s)), float(count(s.text))) for s in samples], float
+        )
+
+    def count(self, family: str) -> Callable[[str], int]:
+        return self.tokenizers[family].count
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--write", action="store_true", help=f"generate {WEIGHTS_PY.name} from the fit")
-    args = parser.parse_args(argv)
+FITTED_FAMILIES = (*PROFILE_FAMILIES, "llama3")
 
-    all_samples = build_samples(require_data_dir())
-    goal_samples = [sample for kind in TEXT_TYPES for sample in fit_half(all_samples[kind])]
-    calib_samples = [s for lang in CALIBRATION_LANGUAGES for s in fit_half(gettext_catalog_samples(lang))]
-    tokenizers = load_real_tokenizers()
-    families = [*PROFILE_FAMILIES, "llama3"]
 
+def fit_profiles(
+    goal_samples: Sequence[TextSample],
+    calib_samples: Sequence[TextSample],
+    table: TokenTable,
+    verbose: bool = False,
+) -> dict[str, Matrix]:
+    """Every profile's weights (``default`` and one per family) fitted on the given samples."""
+    families = FITTED_FAMILIES
     goal = _design(goal_samples)
     calib = _design(calib_samples) if calib_samples else np.zeros((0, len(FEATURE_NAMES)))
     goal_types = [sample.text_type for sample in goal_samples]
     calib_types = [sample.text_type for sample in calib_samples]
-    goal_tokens = {f: np.array([tokenizers[f].count(s.text) for s in goal_samples], float) for f in families}
-    calib_tokens = {
-        f: np.array([tokenizers[f].count(s.text) for s in calib_samples], float) for f in families
-    }
-    print(
-        f"fit half: {len(goal_samples)} goal samples, {len(calib_samples)} calibration samples",
-        file=sys.stderr,
-    )
-
+    goal_tokens = {f: table.counts(f, goal_samples) for f in families}
+    calib_tokens = {f: table.counts(f, calib_samples) for f in families}
+    if verbose:
+        print(
+            f"fit half: {len(goal_samples)} goal samples, {len(calib_samples)} calibration samples",
+            file=sys.stderr,
+        )
     chinese = [s for s in goal_samples if s.text_type in ("chinese_prose", "json_chinese")]
-    punct_costs = {f: marginal_cjk_punct_cost(chinese, tokenizers[f].count) for f in families}
-    print("measured tokens per CJK punctuation mark:", punct_costs, file=sys.stderr)
+    punct_costs = {f: marginal_cjk_punct_cost(chinese, table.count(f)) for f in families}
+    if verbose:
+        print("measured tokens per CJK punctuation mark:", punct_costs, file=sys.stderr)
     fitted = {
         family: fit_profile(
             goal,
@@ -259,7 +264,30 @@ def main(argv: Sequence[str] | None = None) -> None:
         all_types,
         start,
     )
-    profiles = {"default": default, **{family: fitted[family] for family in PROFILE_FAMILIES}}
+    return {"default": default, **{family: fitted[family] for family in PROFILE_FAMILIES}}
+
+
+def _format(profiles: dict[str, Matrix]) -> str:
+    lines = ["PROFILE_WEIGHTS: Final[Mapping[str, tuple[float, ...]]] = {"]
+    for name, weights in profiles.items():
+        values = ", ".join(f"{round(float(w), 4)}" for w in weights)
+        lines.append(f'    "{name}": ({values}),')
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--write", action="store_true", help=f"generate {WEIGHTS_PY.name} from the fit")
+    args = parser.parse_args(argv)
+
+    all_samples = build_samples(require_data_dir())
+    goal_samples = [sample for kind in TEXT_TYPES for sample in fit_half(all_samples[kind])]
+    calib_samples = [s for lang in CALIBRATION_LANGUAGES for s in fit_half(gettext_catalog_samples(lang))]
+    tokenizers = load_real_tokenizers()
+    profiles = fit_profiles(goal_samples, calib_samples, TokenTable(tokenizers), verbose=True)
     table = _format(profiles)
     print("# " + ", ".join(FEATURE_NAMES))
     print(table)

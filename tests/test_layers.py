@@ -20,7 +20,11 @@ PACKAGE_ROOT = REPO_ROOT / "src" / "ctxpress"
 #: The library's own requirements (pyproject `dependencies`), as import names.
 LIBRARY_THIRD_PARTY = frozenset({"langchain", "langchain_core", "langgraph", "pydantic"})
 #: The one library module that may import an extra's package (lazily, naming the extra when absent).
-OPTIONAL_EXTRA_IMPORTS = {"ctxpress.overflow.openai": frozenset({"langchain_openai", "openai"})}
+OPTIONAL_EXTRA_IMPORTS = {
+    "ctxpress.overflow.openai": frozenset({"langchain_openai", "openai"}),
+    # the `tokenizers` extra, imported only when a token_profile names a real tokenizer
+    "ctxpress.tokens.exact": frozenset({"tiktoken", "tokenizers"}),
+}
 
 #: (importing package prefix, forbidden imported prefixes).
 FORBIDDEN: tuple[tuple[str, tuple[str, ...]], ...] = (

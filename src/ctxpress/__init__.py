@@ -2,6 +2,7 @@
 
 from ctxpress.compaction import CompactionResult, compact_view
 from ctxpress.config import CompressionConfig
+from ctxpress.deepagents_drop_in import DeepAgentsCompressionMiddleware
 from ctxpress.manual import FailedPart, ManualCompressionError, ManualCompressionResult, compress_now
 from ctxpress.middleware import ContextCompressionMiddleware
 from ctxpress.pressure import RequestPressure, measure_request
@@ -12,6 +13,7 @@ __all__ = [
     "CompactionResult",
     "CompressionConfig",
     "ContextCompressionMiddleware",
+    "DeepAgentsCompressionMiddleware",
     "FailedPart",
     "LocalWorkdir",
     "ManualCompressionError",

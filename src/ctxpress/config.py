@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ctxpress.tokens import PROFILE_NAMES
+from ctxpress.tokens.exact import check_exact_profile, is_exact_profile
 
 MESSAGES_PLACEHOLDER = "{messages}"
 
@@ -73,7 +74,10 @@ class CompressionConfig(BaseModel):
     )
     token_profile: str = Field(
         default="default",
-        description="Tokenizer family whose coefficients the estimate uses (default, cl100k, o200k, qwen, deepseek).",
+        description=(
+            "Tokenizer family whose coefficients the estimate uses (default, cl100k, o200k, qwen, "
+            "deepseek), or a real tokenizer counting exactly: tiktoken:<encoding>, tokenizer.json:<path>."
+        ),
     )
 
     @field_validator(
@@ -99,8 +103,14 @@ class CompressionConfig(BaseModel):
     @field_validator("token_profile")
     @classmethod
     def _known_profile(cls, profile: str) -> str:
+        if is_exact_profile(profile):
+            check_exact_profile(profile)  # the package and the file are here, offline
+            return profile
         if profile not in PROFILE_NAMES:
-            raise ValueError(f"unknown token_profile {profile!r}; choose one of {', '.join(PROFILE_NAMES)}")
+            raise ValueError(
+                f"unknown token_profile {profile!r}; choose one of {', '.join(PROFILE_NAMES)}, "
+                "or name a real tokenizer: tiktoken:<encoding>, tokenizer.json:<path>"
+            )
         return profile
 
     @property

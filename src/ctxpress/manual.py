@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final, Literal
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
@@ -44,6 +44,13 @@ class ManualCompressionError(Exception):
         self.part = part
 
 
+#: Why nothing was compressed (`ManualCompressionResult.reason_code`; clients find words for these).
+TOO_FEW_MESSAGES: Final = "too_few_messages"
+NO_SAFE_CUTOFF: Final = "no_safe_cutoff"
+NothingToCompress = Literal["too_few_messages", "no_safe_cutoff"]
+NOTHING_TO_COMPRESS: Final[tuple[NothingToCompress, ...]] = (TOO_FEW_MESSAGES, NO_SAFE_CUTOFF)
+
+
 @dataclass(frozen=True)
 class ManualCompressionResult:
     compressed: bool
@@ -51,6 +58,10 @@ class ManualCompressionResult:
     tokens_after: int
     reason: str | None = None
     event: SummarizationEvent | None = None
+    #: `reason` as a stable code, with the figures it names (`too_few_messages`).
+    reason_code: NothingToCompress | None = None
+    messages_since_summary: int | None = None
+    messages_needed: int | None = None
 
     @property
     def cutoff_index(self) -> int | None:
@@ -101,6 +112,9 @@ async def compress_now(
                 f"only {since_cutoff} messages since the last summary; at least "
                 f"{config.summary_keep_messages + 1} are needed (summary_keep_messages are kept)"
             ),
+            reason_code=TOO_FEW_MESSAGES,
+            messages_since_summary=since_cutoff,
+            messages_needed=config.summary_keep_messages + 1,
         )
     l1 = await asyncio.to_thread(compact_view, effective.messages, config, workdir, cache=cache)
     if l1.failures:
@@ -113,8 +127,9 @@ async def compress_now(
     keep = config.summary_keep_messages
     if tokens_before >= config.threshold_tokens:
 
-        def kept_fits(kept: Sequence[BaseMessage]) -> bool:
-            return counter.count_request(kept, system_message, tools, profile) < config.threshold_tokens
+        def kept_fits(kept: Sequence[BaseMessage]) -> bool:  # as the next call sends it: its L1 view
+            shown = l1.messages[len(l1.messages) - len(kept) :]
+            return counter.count_request(shown, system_message, tools, profile) < config.threshold_tokens
 
         keep = keep_that_fits(effective, keep, kept_fits)
     plan = plan_summary(effective, l1.messages, messages, config, thread_id, keep)
@@ -124,6 +139,7 @@ async def compress_now(
             tokens_before=tokens_before,
             tokens_after=tokens_before,
             reason="no safe cutoff: every older message belongs to an unfinished tool-call batch",
+            reason_code=NO_SAFE_CUTOFF,
         )
     # In order, unlike the automatic path: a failed summary must not leave a history file that no
     # event will ever name (S28 publishes nothing on failure).

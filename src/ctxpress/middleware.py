@@ -411,7 +411,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
 def _details(l1: CompactionResult | None, summary: SummaryStep | None) -> CompressionDetails:
     details: CompressionDetails = {}
     if l1 is not None:
-        details["files_written"] = [item.path for item in l1.files_written]
+        details["files_written"] = l1.paths_written
         details["offloaded"] = len(l1.offloaded)
         details["arguments_truncated"] = len(l1.truncated_arguments)
         if l1.failures:

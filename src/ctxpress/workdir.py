@@ -144,6 +144,24 @@ def _looks_like_drive(path: str) -> bool:
     return len(path) >= 2 and path[1] == ":" and path[0].isalpha()
 
 
+class DryRunWorkdir:
+    """A workdir that keeps nothing: L1 decides as if it wrote, so the view it would build can be
+    measured without touching the conversation's files (the status panel's next-request figure).
+    Paths are validated and normalised like a real workdir's; reads find nothing."""
+
+    def write_bytes(self, path: str, data: bytes) -> str:
+        return normalize_relative_path(path)
+
+    def read_bytes(self, path: str) -> bytes:
+        raise WorkdirNotFoundError(f"{path}: a dry run keeps no files")
+
+    def exists(self, path: str) -> bool:
+        return False
+
+    def list_files(self, prefix: str = "") -> list[WorkdirFile]:
+        return []
+
+
 class LocalWorkdir:
     """A conversation's workdir on the local disk (see the module docstring for the guarantees)."""
 

@@ -14,7 +14,12 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from ctxpress.compaction import CompactionCache, CompactionResult, compact_view, sanitize_tool_name
-from ctxpress.compaction.markers import ARGUMENT_MARKER, OFFLOAD_MARKER, parse_offload_reference
+from ctxpress.compaction.markers import (
+    ARGUMENT_MARKER,
+    OFFLOAD_MARKER,
+    offloaded_argument_path,
+    parse_offload_reference,
+)
 from ctxpress.config import CompressionConfig
 from ctxpress.tokens import count_message_tokens, estimate_tokens
 from ctxpress.workdir import LocalWorkdir, WorkdirWriteError
@@ -184,10 +189,11 @@ def test_s7_long_file_arguments_cut_in_both_formats(workdir: LocalWorkdir) -> No
     # Both formats carry the same hint.
     assert calls["w1"]["args"] == raw["w1"]
     assert calls["e1"]["args"] == raw["e1"]
-    # Other tools' long arguments are untouched.
-    assert calls["q1"]["args"]["query"] == query
-    assert raw["q1"]["query"] == query
-    assert view.additional_kwargs["tool_calls"][2] == message.additional_kwargs["tool_calls"][2]
+    # Another tool's over-budget argument is saved in the workdir, the same file in both formats.
+    path = offloaded_argument_path(calls["q1"]["args"]["query"])
+    assert path is not None and path == offloaded_argument_path(raw["q1"]["query"])
+    assert workdir.read_bytes(path).decode("utf-8") == query
+    assert calls["q1"]["args"]["top_k"] == raw["q1"]["top_k"] == 50
     # Everything else about the message is kept.
     assert view.content == message.content
     assert view.response_metadata == message.response_metadata
@@ -202,12 +208,68 @@ def test_s7_long_file_arguments_cut_in_both_formats(workdir: LocalWorkdir) -> No
             ("w1", "write_file", "content", len(originals["content"])),
             ("e1", "edit_file", "old_string", len(originals["old_string"])),
             ("e1", "edit_file", "new_string", len(originals["new_string"])),
+            ("q1", "query_kb", "query", len(query)),
         ]
     )
     assert all(r.message_id == "ai-files" for r in result.truncated_arguments)
     assert result.changed
     assert result.tokens_after < result.tokens_before
     assert result.offloaded == [] and result.failures == []
+
+
+def test_s7_an_over_budget_argument_of_any_tool_is_saved_with_a_bounded_preview(
+    counting: CountingWorkdir,
+) -> None:
+    script = english_docs_text(30_000)
+    rows = [{"name": f"景点{i}", "note": chinese_text()[:200]} for i in range(40)]
+    call = AIMessage(
+        content="",
+        id="ai-run",
+        tool_calls=[
+            {
+                "name": "run_python",
+                "args": {"code": script, "rows": rows, "short": "x" * ARGUMENT_LIMIT},
+                "id": "r1",
+                "type": "tool_call",
+            }
+        ],
+    )
+    messages: list[BaseMessage] = [HumanMessage("运行脚本", id="h1"), call]
+    cache = CompactionCache()
+    result = run(messages, counting, 300, cache=cache)
+    args = result.messages[1].tool_calls[0]["args"]  # type: ignore[attr-defined]
+    assert args["short"] == "x" * ARGUMENT_LIMIT  # within S7's per-argument limit: whole
+    for name, original in (("code", script), ("rows", json.dumps(rows, ensure_ascii=False))):
+        path = offloaded_argument_path(args[name])
+        assert path is not None and "run_python" in path and name in path
+        assert counting.inner.read_bytes(path).decode("utf-8") == original
+        preview = args[name].split("\nPreview:\n", 1)[1]
+        assert estimate_tokens(preview) <= 300
+        assert original[:40] in preview  # the head is shown
+    assert sorted((r.argument, r.written_now) for r in result.truncated_arguments) == [
+        ("code", True),
+        ("rows", True),
+    ]
+    assert len(result.paths_written) == 2
+    # A second pass over the same history decides from the cache: same view, no I/O.
+    counting.writes.clear()
+    again = run(messages, counting, 300, cache=cache)
+    assert again.messages[1].tool_calls == result.messages[1].tool_calls  # type: ignore[attr-defined]
+    assert counting.writes == [] and again.paths_written == []
+
+
+def test_s13_an_argument_that_cannot_be_saved_stays_whole() -> None:
+    message, _ = file_writing_turn()
+    query = message.tool_calls[2]["args"]["query"]
+    result = run([HumanMessage("写报告", id="h1"), message], FailingWorkdir())
+    view = result.messages[1]
+    assert isinstance(view, AIMessage)
+    assert view.tool_calls[2]["args"]["query"] == query
+    assert [(f.message_id, f.tool_call_id, f.tool_name) for f in result.failures] == [
+        ("ai-files", "q1", "query_kb")
+    ]
+    # The write_file / edit_file hints need no workdir and are still cut.
+    assert {r.tool_name for r in result.truncated_arguments} == {"write_file", "edit_file"}
 
 
 @pytest.mark.parametrize(
@@ -843,7 +905,15 @@ def test_s10_trace_tool_output(workdir: LocalWorkdir, traces_dir: Path) -> None:
 
 
 def s13_history() -> list[BaseMessage]:
-    write, _ = file_writing_turn()
+    turn, _ = file_writing_turn()
+    # Only the file-writing calls (S7 hints need no workdir); arguments saved to the workdir are
+    # covered by test_s13_an_argument_that_cannot_be_saved_stays_whole.
+    write = turn.model_copy(
+        update={
+            "tool_calls": turn.tool_calls[:2],
+            "additional_kwargs": {"tool_calls": turn.additional_kwargs["tool_calls"][:2]},
+        }
+    )
     return [
         HumanMessage("整理酒店信息", id="h1"),
         *exchange("c1", "query_kb", kb_results_json(50)[0]),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from langchain.agents.middleware import ModelCallLimitMiddleware
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from ctxpress.app.models import BuiltinChatModel
@@ -59,12 +60,22 @@ def test_an_agents_file_loads(tmp_path: Path) -> None:
     assert kb.summary_timeout == 45.0 and plain.summary_timeout == DEFAULT_SUMMARY_TIMEOUT_S
 
 
+@tool
+def _stand_in_query_kb(query: str) -> str:
+    """Search the knowledge base."""
+    return query
+
+
 def test_the_shipped_example_is_valid(tmp_path: Path) -> None:
     example = files("ctxpress.app.server").joinpath("agents.example.toml")
     definitions = parse_agents(tomllib.loads(example.read_text(encoding="utf-8")))
     registry = AgentRegistry(
-        definitions, checkpointer=InMemorySaver(), workdirs=ConversationWorkdirs(tmp_path)
+        definitions,
+        checkpointer=InMemorySaver(),
+        workdirs=ConversationWorkdirs(tmp_path),
+        extra_tools={"query_kb": _stand_in_query_kb},  # the service's tool, as `ctxpress serve` adds it
     )
+    assert "query_kb" in definitions[1].tools and definitions[1].compression.summary_threshold == 4
     assert registry.default_name == "kb" and [agent.name for agent in registry.all()] == ["kb", "offline"]
     assert definitions[0].summary_timeout == 120.0, "the example documents the per-agent summary timeout"
 

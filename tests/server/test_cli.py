@@ -63,3 +63,15 @@ def test_serve_rejects_a_broken_agents_file(make_settings: SettingsFactory) -> N
     result = runner.invoke(app, ["serve", "--agents", str(agents), *cli_options(settings)])
     assert result.exit_code == 2 and "unknown_key" in result.stderr
     assert "--data-dir" in runner.invoke(app, ["serve", "--help"]).stdout
+    # --demo runs its own agent (issue 20, item 13): not together with an agents file.
+    both = runner.invoke(app, ["serve", "--demo", "--agents", str(agents), *cli_options(settings)])
+    assert both.exit_code == 2 and "--demo" in both.stderr
+
+
+def test_the_demo_agent_shows_compression_within_a_few_messages() -> None:
+    from ctxpress.app.server.agents_file import DEMO_COMPRESSION, default_agent, demo_agent
+
+    demo = demo_agent()
+    assert demo.compression == DEMO_COMPRESSION and demo.compression.threshold_tokens == 4 * 1024
+    assert demo.tools == default_agent().tools and "query_kb" in demo.tools
+    assert "--demo" in runner.invoke(app, ["serve", "--help"]).stdout

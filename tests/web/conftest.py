@@ -31,6 +31,7 @@ from .support import (
     UnreachableSummaryModel,
     chromium_executable,
     kb_agent,
+    writer_agent,
 )
 
 #: Agents of the test service. `kb`: pressure passes 85 % after a few tool results (24 K threshold).
@@ -115,6 +116,7 @@ def web_service(tmp_path: Path, crosswoz: Path) -> Iterator[WebService]:
         kb_agent(
             "kb-broken", crosswoz, threshold_k=MAIN_THRESHOLD_K, summary_model=UnreachableSummaryModel()
         ),
+        writer_agent("writer"),
     ]
     settings = Settings(
         data_dir=tmp_path / "data",

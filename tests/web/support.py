@@ -8,6 +8,7 @@ shared data folder: its results are large, realistic retrieval output that fills
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -15,13 +16,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
 from langchain_core.tools import BaseTool, tool
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
+from tests.fakes import ScriptedChatModel
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 #: Debian's `chromium` package; CTXPRESS_CHROMIUM overrides. Never a downloaded browser.
@@ -144,3 +146,64 @@ def kb_agent(
 def tool_message(query: str, top_k: int = 3) -> str:
     """What a user types to make the built-in model call `query_kb`."""
     return "/tool query_kb " + json.dumps({"query": query, "top_k": top_k}, ensure_ascii=False)
+
+
+#: A reply written in Markdown: a heading, a list, a table, a code fence, a link, inline HTML (shown
+#: as text) and a javascript: link (never a link).
+MARKDOWN_REPLY = """## 北京三日行程
+
+- **第一天**：故宫、景山公园
+- **第二天**：颐和园
+
+| 景点 | 门票 |
+| --- | ---: |
+| 故宫 | 60 元 |
+| 颐和园 | 30 元 |
+
+```python
+print("你好，北京")
+```
+
+详见 [官网](https://www.dpm.org.cn) 与 [坏链接](javascript:alert(1))，<b>原样</b>显示。
+"""
+#: What `SlowWriterModel` writes when asked to write slowly: long enough to stop half-way.
+SLOW_REPLY = "".join(f"第 {index} 段：北京的胡同很长，慢慢走。\n" for index in range(1, 200))
+
+
+class SlowWriterModel(ScriptedChatModel):
+    """Replies in Markdown; a message containing "慢" gets `SLOW_REPLY`, streamed a chunk every `delay` s."""
+
+    delay: float = 0.05
+
+    def __init__(self, **data: Any) -> None:
+        super().__init__(script=_writer_reply, provider="fake", model_name="writer", **data)
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        slow = "慢" in str(messages[-1].content)
+        for chunk in self._stream(messages, stop, None, **kwargs):
+            if slow:
+                await asyncio.sleep(self.delay)
+            yield chunk
+
+
+def _writer_reply(messages: Any) -> AIMessage:
+    return AIMessage(content=SLOW_REPLY if "慢" in str(messages[-1].content) else MARKDOWN_REPLY)
+
+
+def writer_agent(name: str) -> AgentDefinition:
+    """An agent whose model writes Markdown (and, on request, a long reply slowly): no tools."""
+    return AgentDefinition(
+        name=name,
+        description="Markdown 写作助手（脚本模型）",
+        model=ModelSpec(model=SlowWriterModel()),
+        system_prompt="你用 Markdown 回答。",
+        tools=(),
+        capabilities=("context_compression",),
+        compression={"summary_threshold": 24, "summary_keep_messages": 2},
+    )

@@ -204,15 +204,17 @@ def test_compression_events_during_a_run(page: Page, web_service: WebService, ar
     new_conversation(page, "kb-tight")
     send(page, tool_message("烤鸭", top_k=3))
     # The tool result alone passes the 4 K threshold: the next model call compacts it (L1).
+    # Labelled by what happened (issue 20): the tool result was written to a file (L1).
     chip = page.locator("#chat-log .note-compression.compression-completed")
     expect(chip.first).to_be_visible(timeout=RUN_TIMEOUT_MS)
-    expect(chip.first).to_contain_text("L1")
-    expect(chip.first).to_contain_text("节省")
+    expect(chip.first).to_contain_text("工具结果转存（L1）：1 个结果写入工作目录")
     events = page.locator("#compression-events")
     expect(events).to_have_attribute("aria-live", "polite")
-    expect(events.locator("li.event-started").first).to_contain_text("开始压缩")
-    expect(events.locator("li.event-completed").first).to_contain_text("压缩完成")
     wait_idle(page)
+    # The list is the service's record: one item per pass that wrote a file, no "started" halves.
+    expect(events.locator("li")).to_have_count(1)
+    expect(events.locator("li.event-completed")).to_contain_text("工具结果转存（L1）")
+    expect(page.locator("#chat-log .note-compression")).to_have_count(1)
     assert_no_summary_in_chat(page)
     # The offloaded full result is a workdir file the person can open and read.
     large = page.locator("#files-box").get_by_role("list", name=re.compile("大型工具结果"))

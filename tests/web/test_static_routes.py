@@ -156,7 +156,9 @@ def test_the_page_has_words_for_every_value_it_shows(client: TestClient) -> None
     vocabulary = client.get("/api/vocabulary").json()
     source = (JS_DIR / "i18n.js").read_text(encoding="utf-8")
     words = _dictionary(source, "zh")
-    wanted = {f"ev_{status}" for status in vocabulary["statuses"].values()}
+    # A compression is put in words by what happened (issue 20): running, failed, or by its level.
+    wanted = {"ev_running", "ev_failed"} | {f"ev_{level}" for level in vocabulary["levels"].values()}
+    wanted |= {f"nothing_{code}" for code in vocabulary["compress_reasons"]}
     wanted |= {f"evLevel_{level}" for level in vocabulary["levels"].values()}
     wanted |= {f"busy_{reason}" for reason in vocabulary["busy_reasons"]}
     wanted |= {f"status_{reason}" for reason in vocabulary["busy_reasons"]}

@@ -26,7 +26,7 @@ from ctxpress.app.kb import KnowledgeBase, KnowledgeBaseError
 from ctxpress.app.kb.documents import DocumentFormatError
 from ctxpress.app.models import BUILTIN_NOTICE, replay_summary_model
 from ctxpress.app.owner_only import NotOwnerOnlyError
-from ctxpress.app.server.agents_file import AgentConfigError, AgentDefinition
+from ctxpress.app.server.agents_file import AgentConfigError, AgentDefinition, demo_agent
 from ctxpress.app.server.errors import ServiceError
 from ctxpress.app.server.knowledge import open_knowledge_base
 from ctxpress.app.server.runtime.container import agent_definitions, open_database
@@ -98,6 +98,13 @@ def serve(
     database_url: DatabaseUrlOption = None,
     agents: AgentsOption = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
+    demo: Annotated[
+        bool,
+        typer.Option(
+            "--demo",
+            help="One built-in agent with a 4K threshold: compression shows within a few messages.",
+        ),
+    ] = False,
     redis_url: Annotated[
         str | None,
         typer.Option(
@@ -115,8 +122,11 @@ def serve(
         data_dir=data_dir, database_url=database_url, agents_file=agents, redis_url=redis_url
     )
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if demo and agents is not None:
+        err.print("[red]--demo[/red] runs its own agent: leave out --agents")
+        raise typer.Exit(2)
     try:
-        definitions = agent_definitions(settings)
+        definitions = [demo_agent()] if demo else agent_definitions(settings)
     except AgentConfigError as exc:
         err.print(f"[red]agents file:[/red] {exc}")
         raise typer.Exit(2) from None

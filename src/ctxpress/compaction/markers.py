@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 OFFLOAD_MARKER = "[ctxpress:offloaded]"
 ARGUMENT_MARKER = "[ctxpress:argument-omitted]"
+ARGUMENT_OFFLOAD_MARKER = "[ctxpress:argument-offloaded]"
 SAFE_NAME = r"[A-Za-z0-9_.-]{1,64}"
 
 _OFFLOAD_HEADER = re.compile(
@@ -25,6 +26,12 @@ _ARGUMENT_HINT = re.compile(
     re.escape(ARGUMENT_MARKER)
     + rf" [\d,]+ characters of `{SAFE_NAME}` left out of this view; this {SAFE_NAME} call already"
     + " wrote them, so read the file to see them."
+)
+_ARGUMENT_OFFLOAD_HEADER = re.compile(
+    re.escape(ARGUMENT_OFFLOAD_MARKER)
+    + rf" The full `{SAFE_NAME}` argument of this `{SAFE_NAME}` call \([\d,]+ characters, ~[\d,]+ tokens\)"
+    + r" is saved in the workdir at (outputs/large_tool_arguments/[A-Za-z0-9_.-]{1,140}\.txt)"
+    + r" \(sha256 [0-9a-f]{64}\)\. Read that file for the complete content\."
 )
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -70,3 +77,19 @@ def omitted_argument_hint(tool_name: str, argument: str, original_chars: int) ->
 
 def is_omitted_argument(value: object) -> bool:
     return isinstance(value, str) and len(value) < 512 and _ARGUMENT_HINT.fullmatch(value) is not None
+
+
+def argument_offload_header(
+    tool_name: str, argument: str, path: str, sha256_hex: str, chars: int, tokens: int
+) -> str:
+    return (
+        f"{ARGUMENT_OFFLOAD_MARKER} The full `{safe_name(argument, 'argument')}` argument of this "
+        f"`{safe_name(tool_name)}` call ({chars:,} characters, ~{tokens:,} tokens) is saved in the "
+        f"workdir at {path} (sha256 {sha256_hex}). Read that file for the complete content."
+    )
+
+
+def offloaded_argument_path(text: str) -> str | None:
+    """The file an offloaded-argument view points to, or None when `text` does not start with one."""
+    match = _ARGUMENT_OFFLOAD_HEADER.match(text[:1024])
+    return match.group(1) if match else None

@@ -53,6 +53,11 @@ def short_error_text(exc: BaseException) -> str:
     return type(exc).__name__ + (f": {exc.strerror}" if isinstance(exc, OSError) and exc.strerror else "")
 
 
+def failure_reason(exc: BaseException) -> str:
+    """What a failed workdir write records (S13): our own error's text, else its type only."""
+    return str(exc) if isinstance(exc, WorkdirError) else short_error_text(exc)
+
+
 def offloaded_view_text(
     tool_name: str, path: str, sha256_hex: str, chars: int, tokens: int, preview: str
 ) -> str:
@@ -61,7 +66,7 @@ def offloaded_view_text(
 
 
 @dataclass(frozen=True)
-class _Offload:
+class OffloadDecision:
     """A remembered decision for one piece of content: the replacement text and its file."""
 
     text: str
@@ -83,20 +88,20 @@ class CompactionCache:
     """
 
     def __init__(self, max_entries: int = 4096, max_chars: int = 64_000_000) -> None:
-        self._entries: OrderedDict[tuple[Any, ...], _Offload | None] = OrderedDict()
+        self._entries: OrderedDict[tuple[Any, ...], OffloadDecision | None] = OrderedDict()
         self._chars = 0
         self._max_entries = max_entries
         self._max_chars = max_chars
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[Any, ...]) -> tuple[bool, _Offload | None]:
+    def get(self, key: tuple[Any, ...]) -> tuple[bool, OffloadDecision | None]:
         with self._lock:
             if key not in self._entries:
                 return False, None
             self._entries.move_to_end(key)
             return True, self._entries[key]
 
-    def put(self, key: tuple[Any, ...], value: _Offload | None) -> None:
+    def put(self, key: tuple[Any, ...], value: OffloadDecision | None) -> None:
         text_chars = len(key[2])
         if text_chars > self._max_chars:
             return
@@ -118,7 +123,7 @@ class CompactionCache:
         return len(self._entries)
 
 
-def _workdir_key(workdir: Workdir) -> Any:
+def workdir_cache_key(workdir: Workdir) -> Any:
     # A backend names itself stably with `cache_key`; otherwise the object itself is the key
     # (holding it keeps its id from being reused by another workdir).
     return getattr(workdir, "cache_key", None) or workdir
@@ -153,7 +158,7 @@ def is_compacted_view(text: str, tokens: int, limit: int, profile: str) -> bool:
     return tokens <= max(limit, 0) + header_tokens + VIEW_SLACK_TOKENS
 
 
-def _decide(tool_name: str, text: str, limit: int, profile: str) -> tuple[_Offload | None, bytes]:
+def _decide(tool_name: str, text: str, limit: int, profile: str) -> tuple[OffloadDecision | None, bytes]:
     tokens = estimate_tokens(text, profile)
     if tokens <= limit or is_compacted_view(text, tokens, limit, profile):
         return _UNCHANGED, b""
@@ -166,10 +171,10 @@ def _decide(tool_name: str, text: str, limit: int, profile: str) -> tuple[_Offlo
     view_text = offloaded_view_text(tool_name, path, digest, len(text), tokens, preview)
     if estimate_tokens(view_text, profile) >= tokens:
         return _UNCHANGED, b""  # offloading would not make the request smaller
-    return _Offload(view_text, path, digest, len(text), tokens), data
+    return OffloadDecision(view_text, path, digest, len(text), tokens), data
 
 
-def _store(workdir: Workdir, decision: _Offload, data: bytes) -> bool:
+def store_once(workdir: Workdir, decision: OffloadDecision, data: bytes) -> bool:
     """Write the full text unless the same bytes are already there; True when written now (S11)."""
     # Same name means same content only if nobody edited the file since: check once.
     if (
@@ -192,17 +197,17 @@ def compact_tool_message(
 ) -> tuple[ToolMessage, OffloadedResult | None, CompactionFailure | None]:
     """Offload one tool result if it is over the limit; the original message on failure (S13)."""
     text = content_text(message.content)
-    key = (_workdir_key(workdir), tool_name, text, limit, profile)
+    key = (workdir_cache_key(workdir), tool_name, text, limit, profile)
     known, decision = cache.get(key)
     written_now = False
     if not known:
         decision, data = _decide(tool_name, text, limit, profile)
         if decision is not None:
             try:
-                written_now = _store(workdir, decision, data)
+                written_now = store_once(workdir, decision, data)
             except Exception as exc:  # any backend failure: keep the original (S13)
-                reason = str(exc) if isinstance(exc, WorkdirError) else short_error_text(exc)
-                return message, None, CompactionFailure(message.id, message.tool_call_id, tool_name, reason)
+                failure = CompactionFailure(message.id, message.tool_call_id, tool_name, failure_reason(exc))
+                return message, None, failure
         cache.put(key, decision)
     if decision is None:
         return message, None, None

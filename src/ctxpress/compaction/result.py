@@ -26,13 +26,20 @@ class OffloadedResult:
 
 @dataclass(frozen=True)
 class TruncatedArgument:
-    """A long `write_file` / `edit_file` string argument replaced by a hint in the view (S7)."""
+    """A long tool-call argument replaced in the view (S7).
+
+    `write_file` / `edit_file` arguments become a hint (the call already wrote them: `path` is
+    None); any other tool's argument over the limit is saved in the workdir at `path` and the view
+    keeps a preview, like an offloaded result (S8).
+    """
 
     message_id: str | None
     tool_call_id: str
     tool_name: str
     argument: str
     original_chars: int
+    path: str | None = None
+    written_now: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,3 +78,9 @@ class CompactionResult:
     @property
     def files_written(self) -> list[OffloadedResult]:
         return [item for item in self.offloaded if item.written_now]
+
+    @property
+    def paths_written(self) -> list[str]:
+        """Workdir files this pass wrote: offloaded results and offloaded arguments."""
+        arguments = [item.path for item in self.truncated_arguments if item.written_now and item.path]
+        return [item.path for item in self.files_written] + arguments

@@ -1,5 +1,7 @@
 """`compact_view`: L1 deterministic compaction as a pure function over a message list (S2, S7–S13).
 
+S7 covers the arguments of every tool call (see `ctxpress.compaction.arguments`).
+
 The input list and its messages are never mutated; the result holds new message objects where
 something changed (ids, `tool_call_id`, `name`, `status` and `artifact` preserved) and the same
 objects elsewhere, so tool-call pairs stay valid and message count and order never change.
@@ -11,7 +13,8 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from ctxpress.compaction.arguments import cut_long_file_arguments
+from ctxpress.compaction.argument_offload import ArgumentOffloader
+from ctxpress.compaction.arguments import cut_long_arguments
 from ctxpress.compaction.offload import CompactionCache, compact_tool_message
 from ctxpress.compaction.result import CompactionResult
 from ctxpress.config import CompressionConfig
@@ -48,11 +51,13 @@ def compact_view(
     profile = config.token_profile
     names = tool_names_by_call_id(messages)
     result = CompactionResult(messages=[], original=list(messages), profile=profile)
+    offloader = ArgumentOffloader(workdir, config.summary_tool_result_token_limit, profile, cache)
     for message in messages:
         new_message: BaseMessage = message
         if isinstance(message, AIMessage) and (message.tool_calls or message.additional_kwargs):
-            new_message, truncated = cut_long_file_arguments(message)
+            new_message, truncated, failures = cut_long_arguments(message, offloader)
             result.truncated_arguments.extend(truncated)
+            result.failures.extend(failures)
         elif isinstance(message, ToolMessage):
             new_message, offloaded, failure = compact_tool_message(
                 message,

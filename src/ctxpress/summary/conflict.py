@@ -21,8 +21,9 @@ from langchain_core.messages import BaseMessage
 from ctxpress.summary.event import EVENT_KEY, is_summary_message
 
 CONFLICT_FIX = (
-    "use one summariser per agent: remove the other summarization middleware (for DeepAgents, "
-    "exclude its SummarizationMiddleware) or do not add ContextCompressionMiddleware"
+    "use one summariser per agent: remove the other summarization middleware, or do not add "
+    "ContextCompressionMiddleware; with create_deep_agent pass DeepAgentsCompressionMiddleware "
+    "(ctxpress.deepagents_drop_in), which takes the place of DeepAgents' SummarizationMiddleware"
 )
 
 

@@ -17,7 +17,7 @@ dict edited in place. The result is the same count either way.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from langchain_core.messages import BaseMessage, SystemMessage
@@ -25,6 +25,7 @@ from langchain_core.tools import BaseTool
 
 from ctxpress.tokens.estimate import profile_weights
 from ctxpress.tokens.estimate_cache import CACHE_MAX_CHARS, CACHE_MAX_ENTRIES, EstimateCache
+from ctxpress.tokens.exact import is_exact_profile, load_exact_counter
 from ctxpress.tokens.message_memo import MESSAGE_MEMO_MAX_ENTRIES, MESSAGE_MEMO_MAX_TOKENS, MessageMemo
 from ctxpress.tokens.messages import message_tokens, messages_tokens
 from ctxpress.tokens.tool_schemas import TOOL_SCHEMA_CACHE_MAX_ENTRIES, ToolSchemaCache
@@ -68,20 +69,29 @@ class TokenCounter:
         self._lock = threading.Lock()
         self._profiles: dict[str, tuple[EstimateCache, MessageMemo]] = {}
         self._tools = ToolSchemaCache(tool_schema_max_entries)
+        self._exact: dict[str, Callable[[str], int]] = {}  # loaded real tokenizers, by profile
 
     def _caches(self, profile: str) -> tuple[EstimateCache, MessageMemo]:
         caches = self._profiles.get(profile)
         if caches is None:
             weights = profile_weights(profile)  # refuses an unknown profile
+            count_text = self._exact_counter(profile) if is_exact_profile(profile) else None
             with self._lock:
                 caches = self._profiles.get(profile)
                 if caches is None:
                     caches = (
-                        EstimateCache(weights, self.max_entries, self.max_chars),
+                        EstimateCache(weights, self.max_entries, self.max_chars, count_text),
                         MessageMemo(self.memo_max_entries, self.memo_max_tokens),
                     )
                     self._profiles[profile] = caches
         return caches
+
+    def _exact_counter(self, profile: str) -> Callable[[str], int]:
+        """The real tokenizer `profile` names, loaded once per counter and kept by `clear()`."""
+        count_text = self._exact.get(profile)
+        if count_text is None:  # loaded outside the lock: it may take a second
+            count_text = self._exact.setdefault(profile, load_exact_counter(profile))
+        return count_text
 
     def count_request(
         self,
@@ -121,8 +131,8 @@ class TokenCounter:
         """Approximate tokens of the tool schemas, as the OpenAI-format JSON a provider receives."""
         if not tools:
             return 0
-        profile_weights(profile)  # fail on an unknown profile even when every tool is cached
-        return sum(self._tools.tokens(tool, profile) for tool in tools)
+        count_text = self._caches(profile)[0].count_text  # refuses an unknown profile
+        return sum(self._tools.tokens(tool, profile, count_text) for tool in tools)
 
     def clear(self) -> None:
         """Forget every count (benchmarks of the cold path, tests)."""

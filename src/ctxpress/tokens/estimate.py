@@ -24,8 +24,10 @@ Profiles
 from __future__ import annotations
 
 import math
+from operator import mul
 from typing import Final
 
+from ctxpress.tokens.exact import approximate_profile, is_exact_profile
 from ctxpress.tokens.features import FEATURE_NAMES, text_features
 from ctxpress.tokens.profile_weights import PROFILE_WEIGHTS
 
@@ -43,10 +45,16 @@ _LETTER_RUNS = FEATURE_NAMES.index("letter_runs")
 
 
 def profile_weights(profile: str) -> tuple[float, ...]:
-    """The weights of `profile`; a `ValueError` naming the known profiles for any other name."""
+    """The weights of `profile`; a `ValueError` naming the known profiles for any other name.
+
+    A profile naming a real tokenizer (``ctxpress.tokens.exact``) gets its nearest family's weights:
+    what counting without a `TokenCounter` (preview budgets) uses.
+    """
     try:
         return PROFILE_WEIGHTS[profile]
     except KeyError:
+        if is_exact_profile(profile):
+            return PROFILE_WEIGHTS[approximate_profile(profile)]
         raise ValueError(
             f"unknown token profile {profile!r}; choose one of {', '.join(PROFILE_NAMES)}"
         ) from None
@@ -57,7 +65,7 @@ def estimate(text: str, weights: tuple[float, ...]) -> int:
     if not text:
         return 0
     features = text_features(text)
-    total = sum(weight * count for weight, count in zip(weights, features, strict=True))
+    total = sum(map(mul, weights, features))  # both have len(FEATURE_NAMES) entries
     excess = features[_LETTERS] - LETTERS_PER_RUN_FREE * features[_LETTER_RUNS]
     if excess > 0:
         total += excess / LETTERS_PER_EXTRA_TOKEN

@@ -18,7 +18,8 @@ survives a rotation) within ``max_entries`` and ``max_chars``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from functools import partial
 from typing import Any, Final
 
 from ctxpress.tokens.estimate import estimate
@@ -50,8 +51,16 @@ class EstimateCache:
     `max_entries` / `max_chars`.
     """
 
-    def __init__(self, weights: tuple[float, ...], max_entries: int, max_chars: int) -> None:
+    def __init__(
+        self,
+        weights: tuple[float, ...],
+        max_entries: int,
+        max_chars: int,
+        count_text: Callable[[str], int] | None = None,
+    ) -> None:
         self.weights = weights
+        #: Tokens of one text: the estimate under `weights`, or a real tokenizer's exact count.
+        self.count_text: Callable[[str], int] = count_text or partial(estimate, weights=weights)
         self.max_entries = max_entries
         self.max_chars = max_chars
         self.young: dict[Hashable, int] = {}
@@ -118,5 +127,5 @@ class EstimateCache:
         """The estimate of `text`, from the cache or computed and remembered now."""
         tokens = self.get(text)
         if tokens is None:
-            tokens = self.put(text, estimate(text, self.weights))
+            tokens = self.put(text, self.count_text(text))
         return tokens

@@ -23,7 +23,6 @@ from typing import Any, Final
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from ctxpress.tokens.estimate import estimate
 from ctxpress.tokens.estimate_cache import EstimateCache
 
 __all__ = [
@@ -94,9 +93,7 @@ def _tool_call_tokens(cache: EstimateCache, name: str, arguments: Any, call_id: 
     tokens = cache.get(key)
     if tokens is None:
         text = arguments if isinstance(arguments, str) else provider_json(arguments)
-        tokens = cache.put(
-            key, TOOL_CALL_OVERHEAD_TOKENS + estimate(name, cache.weights) + estimate(text, cache.weights)
-        )
+        tokens = cache.put(key, TOOL_CALL_OVERHEAD_TOKENS + cache.count_text(name) + cache.count_text(text))
     if len(key) == 5:  # flat scalar arguments (see `tool_call_key`): remember them by identity
         cache.remember_flat_call(arguments, name, call_id, tokens)
     return tokens

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from langchain_core.tools import BaseTool
@@ -25,9 +25,14 @@ TOOL_SCHEMA_OVERHEAD_TOKENS: Final = 4
 TOOL_SCHEMA_CACHE_MAX_ENTRIES: Final = 4096
 
 
-def tool_schema_tokens(tool: BaseTool | Mapping[str, Any], profile: str) -> int:
-    """Tokens of one tool's schema (not cached)."""
-    return TOOL_SCHEMA_OVERHEAD_TOKENS + estimate_tokens(provider_json(convert_to_openai_tool(tool)), profile)
+def tool_schema_tokens(
+    tool: BaseTool | Mapping[str, Any], profile: str, count_text: Callable[[str], int] | None = None
+) -> int:
+    """Tokens of one tool's schema (not cached); `count_text` counts the JSON (the estimate by default)."""
+    schema = provider_json(convert_to_openai_tool(tool))
+    return TOOL_SCHEMA_OVERHEAD_TOKENS + (
+        count_text(schema) if count_text else estimate_tokens(schema, profile)
+    )
 
 
 class ToolSchemaCache:
@@ -43,13 +48,18 @@ class ToolSchemaCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def tokens(self, tool: BaseTool | Mapping[str, Any], profile: str) -> int:
+    def tokens(
+        self,
+        tool: BaseTool | Mapping[str, Any],
+        profile: str,
+        count_text: Callable[[str], int] | None = None,
+    ) -> int:
         entry = self._entries.get(id(tool))
         if entry is not None and entry[0] is tool:
             tokens = entry[1].get(profile)
             if tokens is not None:
                 return tokens
-        tokens = tool_schema_tokens(tool, profile)
+        tokens = tool_schema_tokens(tool, profile, count_text)
         with self._lock:
             self.misses += 1
             entry = self._entries.get(id(tool))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ from ctxpress.app.models.language import Language, detect_language, list_separat
 from ctxpress.app.models.reply import BUILTIN_LABEL, BuiltinReply
 from ctxpress.compaction.content import content_text
 from ctxpress.compaction.markers import parse_offload_reference
+from ctxpress.compaction.offload import LARGE_RESULTS_DIR
 from ctxpress.summary.event import is_summary_message
 
 ECHO_LIMIT_CHARS = 500
@@ -280,12 +282,22 @@ def _latest_query(messages: Sequence[BaseMessage]) -> str | None:
 
 
 def _latest_offloaded_path(messages: Sequence[BaseMessage]) -> str | None:
+    """The newest offloaded tool result: named by a compacted tool message, or — once that message
+    was summarised — by the summary, which keeps the file paths it saw."""
     for message in reversed(messages):
         if isinstance(message, ToolMessage):
             reference = parse_offload_reference(content_text(message.content))
             if reference is not None:
                 return reference.path
+        elif is_summary_message(message):
+            paths = _OFFLOADED_PATH.findall(content_text(message.content))
+            if paths:
+                return str(paths[-1])
     return None
+
+
+#: An offloaded result's file as a summary quotes it (`outputs/large_tool_results/<tool>-<hash>.txt`).
+_OFFLOADED_PATH = re.compile(re.escape(LARGE_RESULTS_DIR) + r"/[A-Za-z0-9_.-]+\.txt")
 
 
 def _next_note_path(messages: Sequence[BaseMessage]) -> str:

@@ -68,10 +68,12 @@ _WRITE_PATH_EN = re.compile(
     re.IGNORECASE,
 )
 _NOTE_ZH = re.compile(
-    r"^\s*(?:请)?(?:帮我)?(?:记下|记录一下|记录|记一下|记住|保存笔记|写笔记|写个笔记|笔记)\s*[:：，,]?\s*(?P<text>[\s\S]+)$"
+    r"^\s*(?:请)?(?:帮我)?(?:再|又)?(?:记下|记录一下|记录|记一下|记住|保存笔记|写笔记|写个笔记"
+    r"|写一条笔记|写一个笔记|记一条笔记|添加笔记|加一条笔记|笔记)\s*[:：，,]?\s*(?P<text>[\s\S]+)$"
 )
 _NOTE_EN = re.compile(
-    r"^\s*(?:please\s+)?(?:take a note|write a note|save a note|note|remember)\s*[:,-]?\s*(?P<text>[\s\S]+)$",
+    r"^\s*(?:please\s+)?(?:(?:take|write|save|add)\s+(?:a|another|one more)\s+note|note|remember)"
+    r"\s*[:,-]?\s*(?P<text>[\s\S]+)$",
     re.IGNORECASE,
 )
 _GREP_COMMAND = re.compile(r"^\s*grep\s+(?P<pattern>\S+)(?:\s+(?P<path>\S+))?\s*$", re.IGNORECASE)
@@ -87,7 +89,8 @@ _GREP_EN = re.compile(
 _LIST_FILES = re.compile(
     r"^\s*ls\s*$|(?:列出|列一下|看看|查看|显示)\s*(?:工作目录|目录|文件夹|所有文件|全部文件|文件)"
     r"|工作目录\s*(?:里|中)?\s*有(?:哪些|什么)"
-    r"|\b(?:list|show)\s+(?:me\s+)?(?:the\s+|all\s+|my\s+)?(?:files|workdir|directory)\b",
+    r"|\b(?:list|show)\s+(?:me\s+)?(?:the\s+|all\s+|my\s+)?(?:files|workdir|directory)\b"
+    r"|\bwhat\s+files\s+(?:are|do\s+I\s+have|exist)\b|\bfiles\s+in\s+the\s+(?:workdir|directory)\b",
     re.IGNORECASE,
 )
 _READ_FULL_RESULT = re.compile(

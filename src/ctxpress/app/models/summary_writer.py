@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from ctxpress.app.kb.sentences import split_sentences
 from ctxpress.app.models.extractive import bounded
+from ctxpress.app.models.intents import ASK_COMMAND, TOOL_COMMAND
 from ctxpress.app.models.language import PHRASES, Language, detect_language, say
 from ctxpress.app.models.reply import BUILTIN_LABEL
 from ctxpress.compaction.markers import OFFLOAD_MARKER, parse_offload_reference
@@ -130,7 +131,7 @@ def looks_like_summary_prompt(prompt: str) -> bool:
 def write_summary(prompt: str, label: str) -> str:
     """The extractive summary of the transcript inside `prompt` (see the module docstring)."""
     blocks = parse_transcript(prompt)
-    language = detect_language("\n".join(block.text for block in blocks if block.is_user) or prompt)
+    language = _conversation_language(blocks, prompt)
     earlier = _earlier_sections(blocks)
     earlier.pop("summary_pending", None)  # superseded by what followed it
     sections: dict[str, list[str]] = {
@@ -166,6 +167,23 @@ def write_summary(prompt: str, label: str) -> str:
     if not chosen:
         lines.append(say(language, "summary_empty"))
     return "\n".join(lines)
+
+
+def _conversation_language(blocks: list[TranscriptBlock], prompt: str) -> Language:
+    """The language people wrote in: their messages, with a command's own syntax left out (only the
+    values of `/tool name {json}` count, so a Chinese query typed as a command is Chinese)."""
+    words = "\n".join(_typed_words(block.text) for block in blocks if block.is_user)
+    return detect_language(words if words.strip() else prompt)
+
+
+def _typed_words(text: str) -> str:
+    stripped = text.strip()
+    if stripped.startswith(TOOL_COMMAND):
+        _, _, raw_arguments = stripped[len(TOOL_COMMAND) :].strip().partition(" ")
+        return " ".join(_argument_values(raw_arguments, keys=None))
+    if stripped.startswith(ASK_COMMAND):
+        return stripped[len(ASK_COMMAND) :]
+    return stripped
 
 
 def _body(block: TranscriptBlock) -> str:

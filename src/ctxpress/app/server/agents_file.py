@@ -209,6 +209,26 @@ def default_agent() -> AgentDefinition:
     )
 
 
+#: `ctxpress serve --demo`: a threshold small enough that a few questions show compression.
+DEMO_COMPRESSION = CompressionConfig(
+    summary_threshold=4, summary_keep_messages=4, summary_tool_result_token_limit=300
+)
+
+
+def demo_agent() -> AgentDefinition:
+    """The default agent with a 4 K threshold: two knowledge-base searches show L1 (a result written
+    to the workdir), a few more questions an automatic summary (`ctxpress serve --demo`)."""
+    agent = default_agent()
+    return agent.model_copy(
+        update={
+            "description": (
+                "演示：4K 阈值，几条消息就能看到压缩 · demo: a 4K threshold shows compression within a few messages"
+            ),
+            "compression": DEMO_COMPRESSION,
+        }
+    )
+
+
 def load_agents_file(path: Path) -> list[AgentDefinition]:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))

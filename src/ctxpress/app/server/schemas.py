@@ -7,12 +7,20 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
+from ctxpress.app.models.suggestions import suggestions_by_language
 from ctxpress.app.server.db.models import Conversation, Message, Run, User
 from ctxpress.app.server.errors import ErrorCode
+from ctxpress.app.server.rendering import MAX_RENDER_CHARS, render_markdown
 from ctxpress.app.server.repositories.runs import BusyReason, BusyState
 from ctxpress.app.server.runtime.agents import AgentRuntime
-from ctxpress.app.server.serialization import MAX_STORED_JSON_DEPTH, storable_json, storable_text
+from ctxpress.app.server.serialization import (
+    ASSISTANT_ROLE,
+    MAX_STORED_JSON_DEPTH,
+    storable_json,
+    storable_text,
+)
 from ctxpress.app.server.usecases.compression import FAILURE_STATUS, CompressionOutcome, ContextStatus
+from ctxpress.app.server.usecases.compression_history import CompressionRecord
 from ctxpress.app.server.usecases.message_limits import message_budget
 from ctxpress.manual import FailedPart
 from ctxpress.pressure import RequestPressure
@@ -129,6 +137,8 @@ class AgentOut(BaseModel):
     #: `message_too_large`), and what it is derived from.
     max_message_tokens: int
     message_budget: dict[str, int | None]
+    #: Phrases to offer in an empty conversation, by page language (the built-in model's; else empty).
+    suggestions: dict[str, list[str]]
 
     @classmethod
     def of(cls, runtime: AgentRuntime, *, default: bool) -> AgentOut:
@@ -148,15 +158,26 @@ class AgentOut(BaseModel):
             },
             max_message_tokens=budget.max_message_tokens,
             message_budget=budget.as_dict(),
+            suggestions=suggestions_by_language() if runtime.builtin_model else {},
         )
+
+
+class UpdateConversationRequest(RequestBody):
+    """Rename and/or archive (hide from the list; nothing is deleted) or bring back."""
+
+    title: str | None = Field(default=None, max_length=200)
+    archived: bool | None = None
 
 
 class ConversationOut(BaseModel):
     id: str
     agent: str
+    #: Given at creation or by a rename; otherwise taken from the first question.
     title: str
     created_at: datetime
     updated_at: datetime
+    #: When it was archived (hidden from the list by default); null when listed.
+    archived_at: datetime | None
 
     @classmethod
     def of(cls, conversation: Conversation) -> ConversationOut:
@@ -166,6 +187,7 @@ class ConversationOut(BaseModel):
             title=conversation.title,
             created_at=conversation.created_at,
             updated_at=conversation.updated_at,
+            archived_at=conversation.archived_at,
         )
 
 
@@ -247,6 +269,9 @@ class MessageOut(BaseModel):
     content: str
     #: The full LangChain message (`message_to_dict`): tool calls, ids, metadata.
     message: dict[str, Any]
+    #: An assistant message's text as sanitised HTML (its Markdown rendered); null for other roles,
+    #: empty text and text over `MAX_RENDER_CHARS` (show `content` as plain text then).
+    html: str | None = None
     created_at: datetime
 
     @classmethod
@@ -257,8 +282,25 @@ class MessageOut(BaseModel):
             role=message.role,
             content=message.content,
             message=message.payload,
+            html=_rendered(message),
             created_at=message.created_at,
         )
+
+
+def _rendered(message: Message) -> str | None:
+    text = message.content
+    if message.role != ASSISTANT_ROLE or not text.strip() or len(text) > MAX_RENDER_CHARS:
+        return None
+    return render_markdown(text)
+
+
+class RenderRequest(RequestBody):
+    text: str = Field(max_length=MAX_RENDER_CHARS, description="Markdown of a complete message.")
+
+
+class RenderOut(BaseModel):
+    #: Sanitised HTML (tags and link targets from an allow-list; raw HTML in the text stays text).
+    html: str
 
 
 class MessagePage(BaseModel):
@@ -284,8 +326,15 @@ class StateOut(BaseModel):
 class CompressOut(BaseModel):
     conversation_id: str
     compressed: bool
-    #: Why nothing was compressed (`compressed` false).
+    #: Why nothing was compressed (`compressed` false), in English for logs; clients use `reason_code`.
     reason: str | None
+    #: `too_few_messages` or `no_safe_cutoff` (the vocabulary's `compress_reasons`); null when compressed.
+    reason_code: str | None
+    #: With `too_few_messages`: messages since the last summary, and how many a summary needs.
+    messages_since_summary: int | None
+    messages_needed: int | None
+    #: The next request before and after, as `GET …/context` measures it (`estimated_tokens`):
+    #: one definition, so the page's ring shows `tokens_after` once it re-reads the context.
     tokens_before: int
     tokens_after: int
     #: Position in the full message list of the first message not summarised (cumulative).
@@ -304,6 +353,9 @@ class CompressOut(BaseModel):
             conversation_id=outcome.conversation_id,
             compressed=outcome.compressed,
             reason=outcome.reason,
+            reason_code=outcome.reason_code,
+            messages_since_summary=outcome.messages_since_summary,
+            messages_needed=outcome.messages_needed,
             tokens_before=outcome.tokens_before,
             tokens_after=outcome.tokens_after,
             cutoff_index=event["cutoff_index"] if event else None,
@@ -312,6 +364,42 @@ class CompressOut(BaseModel):
             summary_count=event.get("summary_count") if event else None,
             checkpoint_id=outcome.checkpoint_id,
         )
+
+
+class CompressionRecordOut(BaseModel):
+    """One compression of the conversation, from the record (`GET …/compressions`)."""
+
+    #: `automatic` (the middleware, inside a run) or `manual` (the compress button).
+    trigger: Literal["automatic", "manual"]
+    #: `completed` or `failed` (the vocabulary's statuses); `started` halves are not listed.
+    status: str
+    #: `l1` (tool results offloaded / arguments truncated) or `l2` (older messages summarised).
+    level: str
+    #: `context_overflow` when the model's overflow forced it (S6).
+    reason: str | None
+    tokens_before: int | None
+    tokens_after: int | None
+    tokens_saved: int | None
+    #: Tool results in the compacted view (L1), of which `files_written` were written by this pass.
+    offloaded: int | None
+    files_written: list[str]
+    arguments_truncated: int | None
+    cutoff_index: int | None
+    summary_number: int | None
+    file_path: str | None
+    error: str | None
+    run_id: str | None
+    #: The LangChain id of the first message a summary kept: the chat marks the summary before it.
+    kept_from_message_id: str | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, record: CompressionRecord) -> CompressionRecordOut:
+        return cls.model_validate(record, from_attributes=True)
+
+
+class CompressionList(BaseModel):
+    items: list[CompressionRecordOut]
 
 
 class Breakdown(BaseModel):
@@ -360,9 +448,16 @@ class ContextOut(BaseModel):
     #: The agent declares `context_compression` (the panel shows the compress button, S17).
     context_compression: bool
     threshold_tokens: int
-    #: Approximate tokens of the next model input, from the current state (S22).
+    #: Approximate tokens of the next model input as the model will receive it: the messages as they
+    #: are below the threshold, L1's compacted view at or above it (S5, S22). The figure that decides
+    #: whether a summary runs, and the one `suggest_compress` follows.
     estimated_tokens: int
     ratio: float
+    #: The same request before L1 (equal to `estimated_tokens` when L1 would not run).
+    raw_estimated_tokens: int
+    raw_ratio: float
+    #: L1 would compact the next request (`raw_estimated_tokens` ≥ the threshold).
+    compacted: bool
     #: ratio ≥ suggest_ratio on an agent with the capability: a hint, never a trigger.
     suggest_compress: bool
     suggest_ratio: float
@@ -395,6 +490,9 @@ class ContextOut(BaseModel):
             threshold_tokens=status.estimate.threshold,
             estimated_tokens=status.estimate.total,
             ratio=status.estimate.ratio,
+            raw_estimated_tokens=status.raw.total,
+            raw_ratio=status.raw.ratio,
+            compacted=status.raw.total >= status.raw.threshold,
             suggest_compress=status.suggest_compress,
             suggest_ratio=status.suggest_ratio,
             breakdown=Breakdown.of(status.estimate),
@@ -484,3 +582,9 @@ class VocabularyOut(BaseModel):
     summary_event_key: str
     #: The status panel suggests manual compression from this share of the threshold (S22).
     suggest_ratio: float
+    #: The longest text `POST /api/render` renders (a longer reply stays plain text).
+    max_render_chars: int
+    #: `reason_code` of a manual compression that compressed nothing.
+    compress_reasons: list[str]
+    #: `trigger` of an item of `GET …/compressions`.
+    compression_triggers: dict[str, str]

@@ -98,11 +98,15 @@ def to_jsonable(value: Any, _depth: int = 0) -> Any:
     return storable_text(repr(value))
 
 
+#: The chat record's role of a model reply (the page renders these as Markdown).
+ASSISTANT_ROLE = "assistant"
+
+
 def message_role(message: BaseMessage) -> str:
     if isinstance(message, HumanMessage):
         return "user"
     if isinstance(message, AIMessage):
-        return "assistant"
+        return ASSISTANT_ROLE
     if isinstance(message, ToolMessage):
         return "tool"
     if isinstance(message, SystemMessage):

@@ -16,12 +16,15 @@ from ctxpress import events as stream_events
 from ctxpress.app.server.agents_file import CONTEXT_COMPRESSION
 from ctxpress.app.server.db import models
 from ctxpress.app.server.errors import ErrorCode
+from ctxpress.app.server.rendering import MAX_RENDER_CHARS
 from ctxpress.app.server.repositories.runs import BusyReason
 from ctxpress.app.server.runtime import events as sse_events
 from ctxpress.app.server.schemas import VocabularyOut
 from ctxpress.app.server.usecases.compression import FAILURE_STATUS
+from ctxpress.app.server.usecases.compression_history import AUTOMATIC, MANUAL
 from ctxpress.app.server.usecases.runs import USER_RUN_LIMIT, WORKERS_BUSY
 from ctxpress.compaction.offload import LARGE_RESULTS_DIR
+from ctxpress.manual import NOTHING_TO_COMPRESS
 from ctxpress.middleware import EVENT_KEY
 from ctxpress.pressure import SUGGEST_COMPRESS_RATIO
 from ctxpress.summary.event import SUMMARY_MARKER
@@ -71,4 +74,7 @@ def vocabulary() -> VocabularyOut:
         summary_marker=SUMMARY_MARKER,
         summary_event_key=EVENT_KEY,
         suggest_ratio=SUGGEST_COMPRESS_RATIO,
+        max_render_chars=MAX_RENDER_CHARS,
+        compression_triggers={"AUTOMATIC": AUTOMATIC, "MANUAL": MANUAL},
+        compress_reasons=list(NOTHING_TO_COMPRESS),
     )

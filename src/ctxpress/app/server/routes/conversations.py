@@ -26,6 +26,7 @@ from ctxpress.app.server.schemas import (
     RunList,
     RunOut,
     StateOut,
+    UpdateConversationRequest,
     UsageOut,
 )
 
@@ -62,8 +63,14 @@ async def list_conversations(
         UtcInstant | None, Query(description="`next_before` of the previous page (with its UTC offset)")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=PAGE_LIMIT_MAX)] = 50,
+    q: Annotated[str, Query(max_length=200, description="Only titles containing this text")] = "",
+    archived: Annotated[
+        bool, Query(description="The archived conversations instead of the listed ones")
+    ] = False,
 ) -> ConversationPage:
-    items = await services.conversations.list_owned(user, before=before, limit=limit)
+    items = await services.conversations.list_owned(
+        user, before=before, limit=limit, title_contains=q.strip(), archived=archived
+    )
     return ConversationPage(
         items=[ConversationOut.of(item) for item in items],
         next_before=items[-1].created_at if len(items) == limit else None,
@@ -73,6 +80,21 @@ async def list_conversations(
 @router.get("/{conversation_id}", response_model=ConversationOut)
 async def get_conversation(conversation: ConversationDep) -> ConversationOut:
     return ConversationOut.of(conversation)
+
+
+@router.patch(
+    "/{conversation_id}",
+    response_model=ConversationOut,
+    responses={413: {"model": ErrorResponse, "description": "The body is larger than `max_body_bytes`."}},
+)
+async def update_conversation(
+    body: UpdateConversationRequest, user: UserDep, conversation: ConversationDep, services: ServicesDep
+) -> ConversationOut:
+    """Rename (`title`) and/or archive (`archived`: hidden from the list, nothing is deleted)."""
+    updated = await services.conversations.update(
+        user, conversation.id, title=body.title, archived=body.archived
+    )
+    return ConversationOut.of(updated)
 
 
 @router.get("/{conversation_id}/status", response_model=ConversationStatus)
@@ -91,6 +113,7 @@ async def create_run(
 ) -> RunAccepted:
     """Send a message: the run starts now, or waits FIFO behind the conversation's active run."""
     intake = await services.runs.submit(user, conversation.id, body.input)
+    await services.conversations.title_from_first_question(conversation, body.input)
     return RunAccepted(
         run=RunOut.of(intake.run),
         started=intake.started,

@@ -3,8 +3,17 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from ctxpress import __version__
+from ctxpress.app.server.rendering import render_markdown
 from ctxpress.app.server.routes.deps import AUTHENTICATED_RESPONSES, ServicesDep, UserDep
-from ctxpress.app.server.schemas import AgentOut, HealthOut, UserOut, VocabularyOut
+from ctxpress.app.server.schemas import (
+    AgentOut,
+    ErrorResponse,
+    HealthOut,
+    RenderOut,
+    RenderRequest,
+    UserOut,
+    VocabularyOut,
+)
 from ctxpress.app.server.vocabulary import vocabulary
 
 router = APIRouter(prefix="/api", tags=["service"])
@@ -40,3 +49,16 @@ async def list_agents(services: ServicesDep, user: UserDep) -> list[AgentOut]:
         AgentOut.of(agent, default=agent.name == services.agents.default_name)
         for agent in services.agents.all()
     ]
+
+
+@router.post(
+    "/render",
+    response_model=RenderOut,
+    responses={
+        **AUTHENTICATED_RESPONSES,
+        413: {"model": ErrorResponse, "description": "The body is larger than `max_body_bytes`."},
+    },
+)
+async def render(body: RenderRequest, user: UserDep) -> RenderOut:
+    """A complete message's Markdown as sanitised HTML (the page renders a reply once it has streamed)."""
+    return RenderOut(html=render_markdown(body.text))

@@ -56,6 +56,7 @@ from ctxpress.app.server.runtime.worker import RunWorker, new_worker_id
 from ctxpress.app.server.settings import Settings
 from ctxpress.app.server.usecases.auth import AuthService, IssuedToken
 from ctxpress.app.server.usecases.compression import CompressionService
+from ctxpress.app.server.usecases.compression_history import CompressionHistoryService
 from ctxpress.app.server.usecases.conversations import ConversationService
 from ctxpress.app.server.usecases.files import FileService
 from ctxpress.app.server.usecases.pressure import PressureService
@@ -87,6 +88,8 @@ class Services:
     runs: RunService
     #: Manual compression (S17–S19) and the context status panel (S22).
     compression: CompressionService
+    #: The compressions of a conversation from the record (the panel's event list, issue 20).
+    compression_history: CompressionHistoryService
     #: Failed authentications per client address (shared through Redis when configured).
     auth_throttle: AuthThrottle
     #: Prometheus metrics of this process (`GET /metrics` when `metrics_enabled`).
@@ -228,6 +231,7 @@ async def open_services(
             compression=CompressionService(
                 database=database, agents=registry, workdirs=workdirs, pressure=PressureService(database)
             ),
+            compression_history=CompressionHistoryService(database=database, agents=registry),
             auth_throttle=throttle,
             metrics=metrics,
         )

@@ -10,11 +10,10 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any
+from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool, tool
 from langgraph.types import interrupt
-from pydantic import Field
 
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.workdir import LocalWorkdir, WorkdirError, encode_text, read_text, write_text
@@ -22,11 +21,21 @@ from ctxpress.workdir import LocalWorkdir, WorkdirError, encode_text, read_text,
 READ_FILE_MAX_CHARS = 20_000
 #: The largest integer every JSON reader keeps exactly; larger tool arguments are refused.
 MAX_TOOL_INT = 2**53 - 1
-#: A count or position argument: the model gets a validation error (a tool message) outside it.
-ToolInt = Annotated[int, Field(ge=0, le=MAX_TOOL_INT)]
 GREP_MAX_MATCHES = 50
 GREP_LINE_CHARS = 300
 ToolSpec = str | BaseTool | Callable[..., Any]
+
+
+def position_out_of_range(**positions: int) -> str | None:
+    """The error the model reads for a count or position outside 0..MAX_TOOL_INT, else None.
+
+    Checked here rather than as bounds in the tool's schema: schema bounds would be sent to the
+    model with every request (~20 tokens) to guard a value models almost never produce.
+    """
+    for name, value in positions.items():
+        if not 0 <= value <= MAX_TOOL_INT:
+            return f"error: {name} must be between 0 and {MAX_TOOL_INT}, not {value}"
+    return None
 
 
 @tool
@@ -47,8 +56,11 @@ def workdir_tools(workdirs: ConversationWorkdirs) -> list[BaseTool]:
             return f"error: {exc}"
         return "\n".join(f"{item.path} ({item.size} bytes)" for item in files) or "(no files)"
 
-    def read_file(path: str, offset: ToolInt = 0, limit: ToolInt = READ_FILE_MAX_CHARS) -> str:
+    def read_file(path: str, offset: int = 0, limit: int = READ_FILE_MAX_CHARS) -> str:
         """Read a text file from the conversation's workdir, `limit` characters from `offset`."""
+        out_of_range = position_out_of_range(offset=offset, limit=limit)
+        if out_of_range:
+            return out_of_range
         try:
             text = read_text(workdirs.for_current_thread(), path)
         except WorkdirError as exc:

@@ -20,14 +20,14 @@ the `_summarization_event` exactly as they were.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.agents_file import CONTEXT_COMPRESSION
 from ctxpress.app.server.db.engine import Database
-from ctxpress.app.server.db.models import Conversation
+from ctxpress.app.server.db.models import Conversation, ManualCompression
 from ctxpress.app.server.errors import (
     AgentNotConfiguredError,
     CompressionFailedError,
@@ -35,6 +35,7 @@ from ctxpress.app.server.errors import (
     ServiceError,
     ThreadBusyError,
 )
+from ctxpress.app.server.repositories.compressions import CompressionRepository
 from ctxpress.app.server.repositories.pressure import PressureRepository
 from ctxpress.app.server.repositories.usage import UsageRepository
 from ctxpress.app.server.runtime.agents import AgentRegistry, AgentRuntime, thread_config
@@ -75,6 +76,9 @@ class CompressionOutcome:
     event: SummarizationEvent | None
     #: The checkpoint written by the update (None when nothing was compressed).
     checkpoint_id: str | None
+    reason_code: str | None = None
+    messages_since_summary: int | None = None
+    messages_needed: int | None = None
 
     @classmethod
     def of(
@@ -88,6 +92,9 @@ class CompressionOutcome:
             tokens_after=result.tokens_after,
             event=result.event,
             checkpoint_id=checkpoint_id,
+            reason_code=result.reason_code,
+            messages_since_summary=result.messages_since_summary,
+            messages_needed=result.messages_needed,
         )
 
 
@@ -98,7 +105,10 @@ class ContextStatus:
     conversation_id: str
     agent: str
     capability: bool
+    #: The next request as the model will receive it (after L1 when L1 would run, S5).
     estimate: RequestPressure
+    #: The same request before L1.
+    raw: RequestPressure
     suggest_compress: bool
     suggest_ratio: float
     message_count: int
@@ -201,6 +211,12 @@ class CompressionService:
                 ) from exc
         if not result.compressed or result.event is None:
             return CompressionOutcome.of(conversation_id, result)
+        # The figures of the status panel, before and after: one definition of "the next request".
+        result = replace(
+            result,
+            tokens_before=self._next_request(runtime, values).total,
+            tokens_after=self._next_request(runtime, {**values, EVENT_KEY: result.event}).total,
+        )
         try:
             updated = await runtime.graph.aupdate_state(config, {EVENT_KEY: result.event})
         except Exception as exc:
@@ -212,6 +228,7 @@ class CompressionService:
             ) from exc
         # The recorded figure described a request the state no longer implies (S19).
         await PressureRepository(session).invalidate(conversation_id)
+        await CompressionRepository(session).add_manual(_manual_record(conversation_id, result))
         checkpoint_id = (updated or {}).get("configurable", {}).get("checkpoint_id")
         return CompressionOutcome.of(conversation_id, result, checkpoint_id)
 
@@ -232,6 +249,7 @@ class CompressionService:
             agent=runtime.name,
             capability=capability,
             estimate=estimate.pressure,
+            raw=estimate.raw,
             suggest_compress=suggests_compression(estimate.pressure, capability=capability),
             suggest_ratio=SUGGEST_COMPRESS_RATIO,
             message_count=estimate.message_count,
@@ -240,11 +258,32 @@ class CompressionService:
             summary=estimate.effective.event,
         )
 
+    def _next_request(self, runtime: AgentRuntime, values: dict[str, Any]) -> RequestPressure:
+        return estimate_next_input(
+            values,
+            system_prompt=runtime.definition.system_prompt,
+            tools=runtime.tools,
+            config=runtime.compression,
+            counter=runtime.token_counter,
+        ).pressure
+
     def _runtime(self, agent_name: str) -> AgentRuntime:
         runtime = self.agents.get(agent_name)
         if runtime is None:
             raise AgentNotConfiguredError(f"agent {agent_name!r} is not configured any more")
         return runtime
+
+
+def _manual_record(conversation_id: str, result: ManualCompressionResult) -> ManualCompression:
+    assert result.event is not None
+    return ManualCompression(
+        conversation_id=conversation_id,
+        tokens_before=result.tokens_before,
+        tokens_after=result.tokens_after,
+        cutoff_index=result.event["cutoff_index"],
+        summary_count=result.event.get("summary_count"),
+        file_path=result.event["file_path"],
+    )
 
 
 async def _record_usage(session: AsyncSession, conversation_id: str, collector: UsageCollector) -> None:

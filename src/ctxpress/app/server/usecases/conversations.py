@@ -14,6 +14,9 @@ from ctxpress.app.server.runtime.agents import AgentRegistry, thread_config
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.app.server.serialization import storable_text, to_jsonable
 
+#: The longest automatic title (taken from the first question).
+AUTOMATIC_TITLE_CHARS = 40
+
 
 @dataclass(frozen=True)
 class AgentState:
@@ -75,9 +78,52 @@ class ConversationService:
             raise NotFoundError("conversation not found")
         return conversation
 
-    async def list_owned(self, user: User, *, before: datetime | None, limit: int) -> list[Conversation]:
+    async def list_owned(
+        self,
+        user: User,
+        *,
+        before: datetime | None,
+        limit: int,
+        title_contains: str = "",
+        archived: bool = False,
+    ) -> list[Conversation]:
         async with self.database.session() as session:
-            return await ConversationRepository(session).list_owned(user.id, before=before, limit=limit)
+            # The search text repaired like stored titles (PostgreSQL refuses NUL in text).
+            return await ConversationRepository(session).list_owned(
+                user.id,
+                before=before,
+                limit=limit,
+                title_contains=storable_text(title_contains),
+                archived=archived,
+            )
+
+    async def update(
+        self, user: User, conversation_id: str, *, title: str | None, archived: bool | None
+    ) -> Conversation:
+        """Rename and/or archive (hide from the list, the record stays) or bring back."""
+        async with self.database.session() as session:
+            repository = ConversationRepository(session)
+            conversation = await repository.get_owned(conversation_id, user.id)
+            if conversation is None:
+                raise NotFoundError("conversation not found")
+            if title is not None:
+                await repository.set_title(conversation, storable_text(title.strip()))
+            if archived is not None:
+                await repository.set_archived(conversation, archived)
+            await session.commit()
+            await session.refresh(conversation)
+        return conversation
+
+    async def title_from_first_question(self, conversation: Conversation, question: str) -> None:
+        """An untitled conversation is named after its first question (a rename or a title wins)."""
+        if conversation.title:
+            return
+        title = automatic_title(question)
+        if not title:
+            return
+        async with self.database.session() as session:
+            await ConversationRepository(session).title_if_untitled(conversation.id, title)
+            await session.commit()
 
     async def messages(self, conversation: Conversation, *, after: int, limit: int) -> list[Message]:
         """The complete chat record, oldest first, `limit` messages with ids above `after`."""
@@ -97,3 +143,10 @@ class ConversationService:
             next=list(snapshot.next),
             interrupts=[{"id": item.id, "value": to_jsonable(item.value)} for item in snapshot.interrupts],
         )
+
+
+def automatic_title(question: str, limit: int = AUTOMATIC_TITLE_CHARS) -> str:
+    """The question's first line, spaces collapsed, cut to `limit` characters (with "…")."""
+    first_line = next((line for line in question.splitlines() if line.strip()), "")
+    words = " ".join(first_line.split())
+    return storable_text(words if len(words) <= limit else words[: limit - 1].rstrip() + "…")

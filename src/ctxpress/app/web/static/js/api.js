@@ -37,6 +37,8 @@ export class ApiError extends Error {
     this.code = error?.code || ERROR_CODES.HTTP_ERROR;
     this.details = error?.details;
     this.error = error || {};
+    /** Seconds the service asked to wait (`Retry-After`), or null. */
+    this.retryAfter = null;
   }
 }
 
@@ -76,6 +78,8 @@ export class Api {
       error = null;
     }
     const apiError = new ApiError(response.status, error || { message: response.statusText });
+    const retryAfter = Number.parseInt(response.headers.get("Retry-After") ?? "", 10);
+    if (Number.isFinite(retryAfter)) apiError.retryAfter = retryAfter;
     if (response.status === 401 && this.onUnauthorized) this.onUnauthorized(apiError);
     return apiError;
   }

@@ -2,10 +2,11 @@
 // active runs (streaming text, tool calls and results, questions answered inline, queued requests).
 
 import { ApiError, enc, laterEventId } from "./api.js";
-import { announce, clear, h } from "./dom.js";
+import { announce, clear, copyButton, h } from "./dom.js";
 import { formatTokens, prettyJson, shorten } from "./format.js";
 import { has, t } from "./i18n.js";
-import { EVENTS, REASONS, RUN_STATUSES, STATUSES, VOCABULARY } from "./vocabulary.js";
+import { COMPRESSION_TRIGGERS, ERROR_CODES, EVENTS, LEVELS, REASONS, RUN_STATUSES, STATUSES, VOCABULARY } from "./vocabulary.js";
+import { showMarkdown } from "./markdown.js";
 
 const RESULT_DISPLAY_CHARS = 4000;
 const ACTIVE_STATUSES = new Set([RUN_STATUSES.QUEUED, RUN_STATUSES.RUNNING, RUN_STATUSES.WAITING_INPUT]);
@@ -23,10 +24,14 @@ export class Chat {
     this.hooks = hooks;
     this.conversationId = null;
     this.controller = null;
+    this.summaryRecords = []; // the service's compression list, kept for rebuilding the chat
+    this.rebuiltFor = new Set(); // kept message ids the chat was rebuilt from the record for
     this.reset();
   }
 
   reset() {
+    this.loading?.abort();
+    this.loading = null;
     this.controller?.abort();
     this.controller = new AbortController();
     this.runs = new Map(); // runId -> {container, badge, cursor, following, chips}
@@ -34,7 +39,9 @@ export class Chat {
     this.streaming = new Map(); // message id -> bubble text element
     this.tools = new Map(); // tool_call_id -> tool item parts
     this.interrupts = new Map(); // interrupt id -> form
+    this.elements = new Map(); // LangChain message id -> the element showing it (summary dividers)
     this.streams = 0;
+    this.active = new Set(); // runs this page follows that have not finished (the stop button's target)
     clear(this.log);
     this.log.removeAttribute("aria-busy");
   }
@@ -42,12 +49,33 @@ export class Chat {
   close() {
     this.reset();
     this.conversationId = null;
+    this.hooks.onActiveChange?.();
   }
 
+  /** The oldest run still going (running first, then queued): what "stop" stops. */
+  activeRunId() {
+    return this.active.values().next().value ?? null;
+  }
+
+  /** Stop the reply being written: the service cancels the run; its partial text stays, marked stopped. */
+  async stop() {
+    const runId = this.activeRunId();
+    if (!runId) return;
+    await this.api.post(`/api/runs/${enc(runId)}/cancel`, {});
+  }
+
+  /**
+   * Show a conversation from its record. Another conversation: the old one goes at once. The same
+   * one (a rebuild, a language switch): it stays until the record has arrived, then is replaced in
+   * one step, so the chat never shows empty in between.
+   */
   async open(conversationId) {
-    this.reset();
+    if (conversationId !== this.conversationId) this.reset();
     this.conversationId = conversationId;
-    const signal = this.controller.signal;
+    this.loading?.abort();
+    const loading = new AbortController();
+    this.loading = loading;
+    const signal = loading.signal;
     const base = `/api/conversations/${enc(conversationId)}`;
     let messages;
     let runs;
@@ -60,7 +88,8 @@ export class Chat {
       if (signal.aborted) return; // superseded by a newer open (another conversation, a language switch)
       throw exc;
     }
-    if (signal.aborted) return;
+    if (signal.aborted || conversationId !== this.conversationId) return;
+    this.reset();
     for (const message of messages) this.renderRecord(message);
     const ordered = [...runs.items].reverse(); // oldest first
     for (const run of ordered) {
@@ -76,6 +105,7 @@ export class Chat {
       }
       this.follow(run.id, "0");
     }
+    this.markSummaries(this.summaryRecords);
     this.scrollToEnd(true);
   }
 
@@ -93,6 +123,7 @@ export class Chat {
   /** Send a message: the run starts now or waits in the conversation's queue. */
   async send(text) {
     const conversationId = this.conversationId;
+    this.log.querySelector(".suggestions")?.remove();
     const accepted = await this.api.post(`/api/conversations/${enc(conversationId)}/runs`, { input: text });
     if (conversationId !== this.conversationId) return accepted;
     const entry = this.runEntry(accepted.run.id);
@@ -142,6 +173,8 @@ export class Chat {
     entry.following = true;
     entry.cursor = laterEventId(entry.cursor, after);
     this.streams += 1;
+    this.active.add(runId);
+    this.hooks.onActiveChange?.();
     // While text streams in, screen readers wait and read the finished answer once.
     this.log.setAttribute("aria-busy", "true");
     let waiting = false;
@@ -153,6 +186,10 @@ export class Chat {
           if (id) entry.cursor = laterEventId(entry.cursor, id);
           if (type === EVENTS.INTERRUPT) waiting = true;
           if (type === EVENTS.RUN_FINISHED) waiting = false;
+          if (type === EVENTS.INTERRUPT || type === EVENTS.RUN_FINISHED) {
+            this.active.delete(runId);
+            this.hooks.onActiveChange?.();
+          }
           this.onEvent(entry, type, data);
         },
       });
@@ -164,6 +201,8 @@ export class Chat {
       entry.following = false;
       if (controller === this.controller) {
         this.streams -= 1;
+        this.active.delete(runId);
+        this.hooks.onActiveChange?.();
         if (this.streams <= 0) this.log.removeAttribute("aria-busy");
       }
     }
@@ -225,7 +264,7 @@ export class Chat {
             this.addNote(entry, t("runFailed", { error: data.error }), "error", true);
           }
         } else if (data.status === RUN_STATUSES.CANCELLED) {
-          this.addNote(entry, t("runCancelled"), "muted", false);
+          this.markStopped(entry);
         }
         break;
       default:
@@ -240,40 +279,87 @@ export class Chat {
     const entry = this.runEntry(message.run_id);
     const data = message.message?.data || {};
     if (data.id) this.knownMessageIds.add(data.id);
+    let shown = null;
     if (message.role === "user" || message.role === "human") {
       if (isSummaryText(message.content)) return;
-      this.addUserBubble(entry, message.content);
+      shown = this.addUserBubble(entry, message.content);
     } else if (message.role === "assistant" || message.role === "ai") {
-      if (message.content && !isSummaryText(message.content)) this.addAssistantBubble(entry, message.content);
-      for (const call of data.tool_calls || []) this.addToolCall(entry, call.id, call.name, call.args);
+      if (message.content && !isSummaryText(message.content)) {
+        shown = this.addAssistantBubble(entry, message.content, message.html ?? null).parentElement;
+      }
+      for (const call of data.tool_calls || []) {
+        const item = this.addToolCall(entry, call.id, call.name, call.args);
+        shown ??= item.details;
+      }
     } else if (message.role === "tool") {
       const content = message.content ?? "";
-      this.setToolResult(entry, data.tool_call_id, data.name, {
+      const item = this.setToolResult(entry, data.tool_call_id, data.name, {
         content: content.slice(0, RESULT_DISPLAY_CHARS),
         status: data.status,
         chars: content.length,
         truncated: content.length > RESULT_DISPLAY_CHARS,
       });
+      shown = item?.details ?? null;
     }
+    if (data.id && shown) this.elements.set(data.id, shown);
   }
 
   addUserBubble(entry, text) {
+    const body = h("div", { class: "msg-text" }, text);
     const bubble = h(
       "article",
       { class: "msg msg-user" },
       h("h3", { class: "msg-who" }, t("you")),
-      h("p", { class: "msg-text" }, text),
+      body,
+      messageActions(() => text),
     );
     // The user's message opens its run's block.
     entry.container.prepend(bubble);
+    clampLong(body);
     return bubble;
   }
 
-  addAssistantBubble(entry, text) {
-    const body = h("p", { class: "msg-text" }, text);
-    entry.container.append(h("article", { class: "msg msg-assistant" }, h("h3", { class: "msg-who" }, t("assistant")), body));
+  /** A reply: Markdown as the service rendered it (`html`), or plain text (streaming, or not rendered). */
+  addAssistantBubble(entry, text, html = null) {
+    const body = h("div", { class: "msg-text" });
+    showMarkdown(body, text, html);
+    entry.container.append(
+      h(
+        "article",
+        { class: "msg msg-assistant" },
+        h("h3", { class: "msg-who" }, t("assistant")),
+        body,
+        messageActions(() => body.dataset.raw ?? body.textContent),
+      ),
+    );
     clampLong(body);
     return body;
+  }
+
+  /** Ask the service to render a finished reply's Markdown; the plain text stays if that fails. */
+  async renderFinished(body, text) {
+    if (text.length > VOCABULARY.max_render_chars) return;
+    try {
+      const answer = await this.api.post("/api/render", { text });
+      if (!body.isConnected) return;
+      showMarkdown(body, text, answer.html);
+      clampLong(body);
+    } catch {
+      // plain text is still the whole answer
+    }
+  }
+
+  /** A cancelled run: the partial reply stays where it is, marked as stopped. */
+  markStopped(entry) {
+    const partial = [...entry.container.querySelectorAll(".msg-assistant.streaming")];
+    for (const bubble of partial) {
+      bubble.classList.remove("streaming");
+      bubble.classList.add("stopped");
+      const body = bubble.querySelector(".msg-text");
+      bubble.insertBefore(h("p", { class: "badge badge-stopped" }, t("replyStopped")), body.nextSibling);
+      for (const [id, streaming] of this.streaming) if (streaming === body) this.streaming.delete(id);
+    }
+    if (!partial.length) this.addNote(entry, t("runCancelled"), "muted", false);
   }
 
   onDelta(entry, data) {
@@ -286,6 +372,7 @@ export class Chat {
       this.streaming.set(id, body);
     }
     body.textContent += data.delta ?? "";
+    body.dataset.raw = body.textContent;
   }
 
   onMessage(entry, data) {
@@ -304,11 +391,12 @@ export class Chat {
     if (body) {
       body.parentElement.classList.remove("streaming");
       if (visible) {
-        body.textContent = text;
+        showMarkdown(body, text, null);
         clampLong(body);
+        this.renderFinished(body, text);
       } else body.parentElement.remove();
     } else if (visible) {
-      this.addAssistantBubble(entry, text);
+      this.renderFinished(this.addAssistantBubble(entry, text), text);
     }
   }
 
@@ -342,7 +430,7 @@ export class Chat {
   setToolResult(entry, callId, name, { content, status, chars, truncated }) {
     let item = callId ? this.tools.get(callId) : null;
     if (!item) item = this.addToolCall(entry, callId, name, undefined);
-    if (item.done) return;
+    if (item.done) return item;
     item.done = true;
     const failed = status === "error";
     item.details.classList.toggle("tool-failed", failed);
@@ -358,7 +446,7 @@ export class Chat {
       item.result.append(h("p", { class: "muted small" }, t("truncatedPreview", { shown: (content || "").length, total })));
     }
     item.result.hidden = false;
-    // A question that was answered: its form (if shown) is no longer needed.
+    return item;
   }
 
   renderInterrupt(runId, interruptId, value) {
@@ -407,16 +495,58 @@ export class Chat {
     if (!active || active === document.body || active.id === "composer-input") input.focus();
   }
 
+  /**
+   * A live `context_compression` event: "compressing…" while it runs, then what happened. An L1 pass
+   * that wrote no new file (the middleware repeats its view on every call) leaves nothing behind.
+   */
   onCompression(entry, data) {
-    const text = describeCompressionEvent(data);
     const status = data.status;
     if (status === STATUSES.STARTED || !entry.chip) {
-      entry.chip = h("p", { class: `note note-compression compression-${status}` });
+      entry.chip = h("p", { class: "note note-compression", role: "status" });
       entry.container.append(entry.chip);
     }
-    entry.chip.className = `note note-compression compression-${status}`;
-    entry.chip.textContent = text;
+    const chip = entry.chip;
     if (status !== STATUSES.STARTED) entry.chip = null;
+    if (isQuietPass(data)) {
+      chip.remove();
+      return;
+    }
+    chip.className = `note note-compression compression-${status}`;
+    chip.dataset.level = data.level || "";
+    chip.textContent = describeCompressionEvent(data);
+  }
+
+  /**
+   * Mark in the chat where earlier messages were summarised: a divider before the first message each
+   * summary kept (`kept_from_message_id` of the service's compression list).
+   */
+  markSummaries(records) {
+    this.summaryRecords = records;
+    // Messages that streamed in are not linked to their record ids: rebuild the chat from the
+    // record once for a summary whose first kept message is not found (never twice for one id).
+    const missing = records
+      .map((record) => record.kept_from_message_id)
+      .filter((id) => id && !this.elements.has(id) && !this.rebuiltFor.has(id));
+    if (missing.length && this.streams <= 0 && this.conversationId) {
+      for (const id of missing) this.rebuiltFor.add(id);
+      this.open(this.conversationId).catch(() => {});
+      return;
+    }
+    for (const old of this.log.querySelectorAll(".summary-divider")) old.remove();
+    for (const record of records) {
+      const element = record.kept_from_message_id && this.elements.get(record.kept_from_message_id);
+      if (!element?.isConnected) continue;
+      const run = element.parentElement;
+      // A user's message opens its run's block: the divider goes before the block.
+      const before = element.classList.contains("msg-user") && run?.firstElementChild === element ? run : element;
+      before.before(
+        h(
+          "div",
+          { class: "summary-divider", role: "separator", dataset: { summary: String(record.summary_number ?? "") } },
+          h("span", {}, t(record.trigger === COMPRESSION_TRIGGERS.MANUAL ? "dividerManual" : "dividerAuto", { n: record.summary_number ?? "?" })),
+        ),
+      );
+    }
   }
 
   addNote(entry, text, kind, alert) {
@@ -432,9 +562,14 @@ export class Chat {
   }
 }
 
-/** Long answers (e.g. echoed retrieval results) are folded to a few lines, with a button to unfold. */
+/** Long messages (echoed retrieval results, pasted text) are folded to a few lines, with a button to unfold. */
 const CLAMP_CHARS = 1200;
 let clampCounter = 0;
+
+/** Copy (and, for a long message, unfold) under a message. */
+function messageActions(textOf) {
+  return h("div", { class: "msg-actions" }, copyButton(textOf, { label: t("copyMessage"), done: t("copied") }));
+}
 
 function clampLong(body) {
   const bubble = body.parentElement;
@@ -448,7 +583,7 @@ function clampLong(body) {
     toggle.setAttribute("aria-expanded", String(expanded));
     toggle.textContent = expanded ? t("collapse") : t("expand");
   });
-  bubble.append(toggle);
+  (bubble.querySelector(".msg-actions") || bubble).prepend(toggle);
 }
 
 /** S21: a summary message (it starts with the service's marker) is never shown as a chat message. */
@@ -456,22 +591,48 @@ export function isSummaryText(text) {
   return typeof text === "string" && text.trimStart().startsWith(VOCABULARY.summary_marker);
 }
 
+/** An L1 pass that wrote no new file: the same view as the previous call's, nothing to tell. */
+export function isQuietPass(data) {
+  return data.status === STATUSES.COMPLETED && data.level === LEVELS.L1 && !(data.files_written || []).length;
+}
+
+/**
+ * Words for a compression — a live event or an item of the service's list — by what happened:
+ * running (the level is not known until it ends: L1 may be followed by a summary), tool results
+ * written to files (L1), older messages summarised (L2, automatic or manual), or failed.
+ */
 export function describeCompressionEvent(data) {
+  const overflow = data.reason === REASONS.CONTEXT_OVERFLOW ? t("evOverflow") : "";
+  if (data.status === STATUSES.STARTED) return t("ev_running");
   const level = data.level && has(`evLevel_${data.level}`) ? t(`evLevel_${data.level}`) : data.level || "?";
+  if (data.status === STATUSES.FAILED) return t("ev_failed", { level }) + overflow;
   const params = {
-    level: data.reason === REASONS.CONTEXT_OVERFLOW ? `${level} · ${t("evOverflow")}` : level,
     before: formatTokens(data.tokens_before),
     after: formatTokens(data.tokens_after),
     saved: formatTokens(data.tokens_saved),
-    error: data.error ?? "",
+    files: (data.files_written || []).length,
+    n: data.summary_number ?? "",
   };
-  const key = `ev_${data.status}`;
-  return has(key) ? t(key, params) : `${data.status}: ${level}`;
+  if (data.level === LEVELS.L1) return t("ev_l1", params) + overflow;
+  const key = data.trigger === COMPRESSION_TRIGGERS.MANUAL ? "ev_l2_manual" : data.summary_number ? "ev_l2_numbered" : "ev_l2";
+  return t(key, params) + overflow;
 }
 
+/** Words for a failed request, from its error code and fields (the service's message is English). */
 export function describeError(exc) {
-  if (exc instanceof ApiError) return exc.message || exc.code;
-  return exc?.message || String(exc);
+  if (!(exc instanceof ApiError)) return exc?.message || String(exc);
+  if (exc.code === ERROR_CODES.THREAD_BUSY) {
+    const reason = exc.error.reason;
+    return reason && has(`busy_${reason}`) ? t(`busy_${reason}`) : t("busyUnknown");
+  }
+  if (exc.code === ERROR_CODES.MESSAGE_TOO_LARGE && exc.details) {
+    return t("err_message_too_large", {
+      tokens: formatTokens(exc.details.estimated_tokens),
+      max: formatTokens(exc.details.max_message_tokens),
+    });
+  }
+  if (has(`err_${exc.code}`)) return t(`err_${exc.code}`);
+  return exc.message || exc.code;
 }
 
 /** Enter sends, Shift+Enter is a new line; never while an IME (Chinese input) is composing. */

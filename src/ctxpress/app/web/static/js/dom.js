@@ -1,4 +1,5 @@
-// Tiny DOM helpers. Text from the service is only ever set as text (never parsed as HTML).
+// Tiny DOM helpers. Text from the service is only ever set as text (never parsed as HTML); the one
+// exception is a reply's Markdown, which the service renders and sanitises (markdown.js).
 
 /**
  * `h("p", {class: "x", onclick: fn, hidden: true}, "text", child)`: an element.
@@ -43,4 +44,40 @@ export function announce(text) {
   window.setTimeout(() => {
     region.textContent = text;
   }, 30);
+}
+
+/** Put `text` on the clipboard (the Clipboard API; a hidden text area where it is unavailable). */
+export async function copyText(text) {
+  if (navigator.clipboard?.writeText) {
+    try {
+      await navigator.clipboard.writeText(text);
+      return true;
+    } catch {
+      // permission refused: fall through
+    }
+  }
+  const area = h("textarea", { class: "visually-hidden", readonly: true, "aria-hidden": "true" });
+  area.value = text;
+  document.body.append(area);
+  area.select();
+  const done = document.execCommand("copy");
+  area.remove();
+  return done;
+}
+
+/** A button that copies `textOf()` and says so for a moment (and to screen readers). */
+export function copyButton(textOf, { label, done, className = "link copy-button" }) {
+  const button = h("button", { type: "button", class: className }, label);
+  button.addEventListener("click", async () => {
+    const copied = await copyText(textOf());
+    if (!copied) return;
+    button.textContent = done;
+    button.dataset.copied = "true";
+    announce(done);
+    window.setTimeout(() => {
+      button.textContent = label;
+      delete button.dataset.copied;
+    }, 1500);
+  });
+  return button;
 }

@@ -45,6 +45,12 @@ export function formatDate(value, lang) {
   });
 }
 
+/** A time of day in the page's language (the event list). */
+export function formatTime(date, lang) {
+  if (Number.isNaN(date.getTime())) return "";
+  return date.toLocaleTimeString(lang === "zh" ? "zh-CN" : "en-GB", { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+}
+
 export function shorten(text, limit) {
   const value = String(text ?? "");
   return value.length <= limit ? value : `${value.slice(0, limit)}…`;

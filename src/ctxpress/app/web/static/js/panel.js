@@ -4,12 +4,12 @@
 import { ApiError, enc } from "./api.js";
 import { describeCompressionEvent, describeError } from "./chat.js";
 import { $, clear, h } from "./dom.js";
-import { formatBytes, formatPercent, formatTokens, pressureLevel } from "./format.js";
-import { has, t } from "./i18n.js";
+import { formatBytes, formatPercent, formatTime, formatTokens, prettyJson, pressureLevel } from "./format.js";
+import { has, language, t } from "./i18n.js";
 import { CAPABILITIES, ERROR_CODES, STATUSES, USAGE_CATEGORIES, VOCABULARY, WORKDIR_DIRS } from "./vocabulary.js";
 
 const RING_CIRCUMFERENCE = 2 * Math.PI * 50;
-const MAX_EVENTS = 8;
+const MAX_EVENTS = 50;
 /** Workdir files are grouped by the folder the middleware wrote them to (offloaded results, history). */
 const FILE_GROUPS = [WORKDIR_DIRS.LARGE_TOOL_RESULTS, WORKDIR_DIRS.CONVERSATION_HISTORY];
 
@@ -21,6 +21,11 @@ export function normalizeContext(raw) {
     threshold: num(raw.threshold_tokens),
     estimate: num(raw.estimated_tokens),
     ratio: num(raw.ratio),
+    // Before L1 (the same figure unless L1 would compact the next request).
+    rawEstimate: num(raw.raw_estimated_tokens),
+    rawRatio: num(raw.raw_ratio),
+    compacted: raw.compacted === true,
+    messageCount: num(raw.message_count),
     // The service decides (S22: ratio ≥ suggest_ratio, and only where the compress button exists).
     suggest: raw.suggest_compress === true,
     breakdown: {
@@ -42,12 +47,12 @@ function num(value) {
 }
 
 export class StatusPanel {
-  constructor({ api }) {
+  constructor({ api, onCompressions }) {
     this.api = api;
+    this.onCompressions = onCompressions;
     this.conversationId = null;
     this.agent = null;
     this.context = null;
-    this.eventsSeen = 0;
     this.refreshTimer = null;
     this.generation = 0;
     this.el = {
@@ -81,11 +86,9 @@ export class StatusPanel {
     this.conversationId = conversation.id;
     this.agent = agent;
     this.context = null;
-    this.eventsSeen = 0;
     clear(this.el.events);
     this.el.eventsEmpty.hidden = false;
-    this.el.result.textContent = "";
-    this.el.result.className = "compress-result";
+    this.clearResult();
     this.el.empty.hidden = true;
     this.el.body.hidden = false;
     this.renderPressure(null);
@@ -110,12 +113,13 @@ export class StatusPanel {
   async refresh() {
     if (!this.conversationId) return;
     const generation = this.generation;
-    const [context, state, files, usage, status] = await Promise.allSettled([
+    const [context, state, files, usage, status, compressions] = await Promise.allSettled([
       this.api.get(`${this.base}/context`),
       this.api.get(`${this.base}/state`),
       this.api.get(`${this.base}/files`),
       this.api.get(`${this.base}/usage`),
       this.api.get(`${this.base}/status`),
+      this.api.get(`${this.base}/compressions`),
     ]);
     if (generation !== this.generation) return;
     if (context.status === "fulfilled") {
@@ -128,6 +132,11 @@ export class StatusPanel {
     if (files.status === "fulfilled") this.renderFiles(files.value.files || []);
     if (usage.status === "fulfilled") this.renderUsage(usage.value);
     if (status.status === "fulfilled") this.renderBusy(status.value);
+    if (compressions.status === "fulfilled") {
+      const items = compressions.value.items || [];
+      this.renderCompressions(items);
+      this.onCompressions?.(items);
+    }
   }
 
   /** Coalesces bursts of activity (events of a running run) into one refresh. */
@@ -149,6 +158,14 @@ export class StatusPanel {
 
   renderCapability() {
     this.el.compressSection.hidden = !this.hasCapability();
+    // Nothing to summarise in an empty conversation: the button says so instead of failing.
+    const button = this.el.compressButton;
+    const empty = this.context?.messageCount === 0;
+    if (!button.classList.contains("is-busy")) {
+      if (empty) button.setAttribute("aria-disabled", "true");
+      else button.removeAttribute("aria-disabled");
+    }
+    button.title = empty ? t("compressEmpty") : "";
     this.renderHint();
   }
 
@@ -190,7 +207,8 @@ export class StatusPanel {
     const fraction = known ? Math.min(1, Math.max(0, ratio)) : 0;
     el.ringValue.setAttribute("stroke-dasharray", `${(fraction * RING_CIRCUMFERENCE).toFixed(2)} ${RING_CIRCUMFERENCE.toFixed(2)}`);
     const percent = known ? formatPercent(ratio) : "–";
-    el.percent.textContent = percent;
+    el.percent.textContent = known ? ringPercent(ratio) : "–";
+    el.percent.dataset.long = String(el.percent.textContent.length > 4);
     const levelKey = ratio >= 1 ? "levelOver" : { ok: "levelOk", warn: "levelWarn", high: "levelHigh" }[level];
     el.level.textContent = known ? t(levelKey) : "";
     el.ring.dataset.level = known ? level : "unknown";
@@ -203,6 +221,11 @@ export class StatusPanel {
       known ? t("pressureValueText", { percent, used, threshold }) : t("noEstimate"),
     );
     el.tokens.textContent = known ? t("tokensOf", { used, threshold }) : t("noEstimate");
+    const rawLine = $("#pressure-raw");
+    rawLine.hidden = !(known && context.compacted);
+    rawLine.textContent = rawLine.hidden
+      ? ""
+      : t("rawEstimate", { raw: formatTokens(context.rawEstimate), percent: formatPercent(context.rawRatio) });
     el.stale.hidden = !context?.stale;
     el.stale.textContent = context?.stale ? t("stale") : "";
     const parts = context?.breakdown || {};
@@ -232,6 +255,8 @@ export class StatusPanel {
     this.busy = status;
     if (!status?.busy) {
       this.el.busy.textContent = t("statusIdle");
+      // A "busy, try later" answer no longer holds once the conversation is idle.
+      if (this.el.result.dataset.busy === "true") this.clearResult();
       return;
     }
     const reason = has(`status_${status.reason}`) ? t(`status_${status.reason}`) : status.reason;
@@ -243,11 +268,17 @@ export class StatusPanel {
   async compress() {
     const button = this.el.compressButton;
     const result = this.el.result;
+    if (this.context?.messageCount === 0) {
+      this.clearResult();
+      result.classList.add("is-info");
+      result.textContent = t("compressEmpty");
+      return;
+    }
     if (button.getAttribute("aria-disabled") === "true") return;
     const generation = this.generation;
     button.setAttribute("aria-disabled", "true");
     button.classList.add("is-busy");
-    result.className = "compress-result";
+    this.clearResult();
     result.textContent = t("compressing");
     try {
       const answer = await this.api.post(`${this.base}/compress`, {});
@@ -260,9 +291,8 @@ export class StatusPanel {
           cutoff: answer.cutoff_index ?? "?",
         });
       } else {
-        const reason = answer.reason || ""; // a sentence of the service (nothing to summarise, no safe cutoff)
         result.classList.add("is-info");
-        result.textContent = t("compressNothing", { reason });
+        result.textContent = describeNothingCompressed(answer);
       }
       // S19: after success the page re-reads the agent state (summary), the pressure, files, usage.
       await this.refresh();
@@ -270,29 +300,49 @@ export class StatusPanel {
       if (generation !== this.generation) return;
       result.classList.add("is-error");
       result.textContent = describeCompressError(exc);
+      if (exc instanceof ApiError && exc.code === ERROR_CODES.THREAD_BUSY) result.dataset.busy = "true";
       if (exc instanceof ApiError && exc.code === ERROR_CODES.THREAD_BUSY) this.refresh().catch(() => {});
     } finally {
       // The result line is a status region: screen readers read it without a separate announcement.
       button.removeAttribute("aria-disabled");
       button.classList.remove("is-busy");
+      this.renderCapability();
     }
   }
 
-  // --- live compression events ---------------------------------------------------------------
+  clearResult() {
+    this.el.result.textContent = "";
+    this.el.result.className = "compress-result";
+    delete this.el.result.dataset.busy;
+  }
 
+  // --- compression events (the service's record) ----------------------------------------------
+
+  /** A live event: the list is re-read from the service once the compression has ended. */
   addCompressionEvent(data) {
-    this.eventsSeen += 1;
-    this.el.eventsEmpty.hidden = true;
-    const item = h(
-      "li",
-      { class: `event event-${data.status}`, dataset: { status: data.status || "", level: data.level || "" } },
-      h("time", { datetime: new Date().toISOString() }, new Date().toLocaleTimeString()),
-      " ",
-      describeCompressionEvent(data),
-    );
-    this.el.events.prepend(item);
-    while (this.el.events.children.length > MAX_EVENTS) this.el.events.lastElementChild.remove();
     if (data.status !== STATUSES.STARTED) this.scheduleRefresh(200);
+  }
+
+  /** Every compression of the conversation, newest first, from `GET …/compressions`. */
+  renderCompressions(items) {
+    const list = clear(this.el.events);
+    this.el.eventsEmpty.hidden = items.length > 0;
+    for (const item of [...items].reverse().slice(0, MAX_EVENTS)) {
+      const when = new Date(item.created_at);
+      list.append(
+        h(
+          "li",
+          {
+            class: `event event-${item.status}`,
+            dataset: { status: item.status, level: item.level, trigger: item.trigger },
+            title: item.error || undefined,
+          },
+          h("time", { datetime: when.toISOString() }, formatTime(when, language())),
+          " ",
+          describeCompressionEvent(item),
+        ),
+      );
+    }
   }
 
   // --- summary, files, usage -----------------------------------------------------------------
@@ -408,11 +458,36 @@ function messageText(message) {
   return null;
 }
 
-/** The summary message starts with a marker line for the model; people read the summary itself. */
-function summaryBody(text) {
-  if (!text.startsWith(VOCABULARY.summary_marker)) return text;
-  const split = text.indexOf("\n\n");
-  return split >= 0 ? text.slice(split + 2) : text;
+/**
+ * The summary as people read it: without the marker paragraph the model reads first, and without any
+ * line that still carries the marker (an earlier summary quoted by a later one).
+ */
+export function summaryBody(text) {
+  const marker = VOCABULARY.summary_marker;
+  let body = text;
+  if (body.startsWith(marker)) {
+    const split = body.indexOf("\n\n");
+    body = split >= 0 ? body.slice(split + 2) : "";
+  }
+  return body
+    .split("\n")
+    .filter((line) => !line.includes(marker))
+    .join("\n")
+    .trim();
+}
+
+/** The ring's label stays inside the circle: "999%+" from ten times the threshold. */
+export function ringPercent(ratio) {
+  return ratio >= 10 ? "999%+" : formatPercent(ratio);
+}
+
+/** Why a manual compression compressed nothing, from the answer's code and figures. */
+export function describeNothingCompressed(answer) {
+  const code = answer.reason_code;
+  if (code && has(`nothing_${code}`)) {
+    return t(`nothing_${code}`, { since: answer.messages_since_summary ?? "?", needed: answer.messages_needed ?? "?" });
+  }
+  return t("nothing_unknown");
 }
 
 export function describeCompressError(exc) {
@@ -428,6 +503,52 @@ export function describeCompressError(exc) {
     return t("compressFailed", { part: partText, message: exc.message });
   }
   return t("requestFailed", { message: exc.message || exc.code });
+}
+
+/** A history file (JSON Lines: a header, then one LangChain message per line), or null if it is not one. */
+export function readHistory(text) {
+  const messages = [];
+  for (const line of text.split("\n")) {
+    if (!line.trim()) continue;
+    let item;
+    try {
+      item = JSON.parse(line);
+    } catch {
+      return null;
+    }
+    if (item && typeof item === "object" && item.data && typeof item.type === "string") messages.push(item);
+  }
+  return messages.length ? messages : null;
+}
+
+const HISTORY_ROLES = { human: "you", ai: "assistant", tool: "roleTool", system: "roleSystem" };
+
+/** The history as readable messages, with a toggle back to the file as written. */
+function showHistory(messages, box, raw, toggle) {
+  for (const message of messages) {
+    const data = message.data;
+    const content = typeof data.content === "string" ? data.content : prettyJson(data.content);
+    const role = HISTORY_ROLES[message.type] ? t(HISTORY_ROLES[message.type]) : message.type;
+    const calls = (data.tool_calls || []).map((call) => `→ ${call.name}(${JSON.stringify(call.args ?? {})})`);
+    box.append(
+      h(
+        "article",
+        { class: `viewer-msg viewer-msg-${message.type}` },
+        h("h3", { class: "msg-who" }, data.name ? `${role} · ${data.name}` : role),
+        content ? h("p", { class: "msg-text" }, content) : null,
+        calls.length ? h("p", { class: "muted small" }, calls.join("\n")) : null,
+      ),
+    );
+  }
+  const show = (asRaw) => {
+    box.hidden = asRaw;
+    raw.hidden = !asRaw;
+    toggle.setAttribute("aria-pressed", String(asRaw));
+    toggle.textContent = t(asRaw ? "showMessages" : "showRaw");
+  };
+  toggle.onclick = () => show(box.hidden === false);
+  toggle.hidden = false;
+  show(false);
 }
 
 /** The file viewer dialog (summary history files, offloaded tool results, any workdir file). */
@@ -447,6 +568,11 @@ export async function openViewer(path, load) {
     },
     { once: true },
   );
+  const messagesBox = clear($("#viewer-messages"));
+  const rawToggle = $("#viewer-raw");
+  messagesBox.hidden = true;
+  rawToggle.hidden = true;
+  body.hidden = false;
   try {
     const file = await load();
     if (file.binary) {
@@ -454,6 +580,8 @@ export async function openViewer(path, load) {
     } else {
       $("#viewer-meta").textContent = t("bytes", { size: new TextEncoder().encode(file.text).length });
       body.textContent = file.text;
+      const history = path.endsWith(".jsonl") ? readHistory(file.text) : null;
+      if (history) showHistory(history, messagesBox, body, rawToggle);
     }
   } catch (exc) {
     $("#viewer-meta").textContent = t("requestFailed", { message: describeError(exc) });

@@ -23,3 +23,4 @@ export const ERROR_CODES = VOCABULARY.error_codes;
 export const CAPABILITIES = VOCABULARY.capabilities;
 export const USAGE_CATEGORIES = VOCABULARY.usage_categories;
 export const WORKDIR_DIRS = VOCABULARY.workdir_dirs;
+export const COMPRESSION_TRIGGERS = VOCABULARY.compression_triggers;
