@@ -340,9 +340,13 @@ class Replay:
     summaries: list[dict[str, Any]] = field(default_factory=list)  # the events / updates, in order
 
 
-def replay_ours(thread: Thread, threshold: int, root: Path, model: InstantChatModel) -> Replay:
+def replay_ours(
+    thread: Thread, threshold: int, root: Path, model: InstantChatModel, summary_timeout: float | None = None
+) -> Replay:
     # No fsync: replays measure what is sent and stored, not durability (DeepAgents does not fsync).
     middleware = make_ours(threshold, LocalWorkdir(root, durable=False), model, CompactionCache())
+    if summary_timeout is not None:  # a slow real summary model: wait as long as the peers do
+        middleware.summary_timeout = summary_timeout
     replay = Replay("ctxpress", model)
 
     def record(step: ReplayStep) -> None:
@@ -437,12 +441,19 @@ def replay_deepagents(thread: Thread, threshold: int, root: Path, model: Instant
     return replay
 
 
-def replay_all(thread: Thread, threshold: int, root: Path) -> dict[str, Replay]:
-    """The three middlewares over the same thread, each with its own instant model and workdir."""
+def replay_all(
+    thread: Thread,
+    threshold: int,
+    root: Path,
+    make_model: Callable[[], Any] = InstantChatModel,
+    summary_timeout: float | None = None,
+) -> dict[str, Replay]:
+    """The three middlewares over the same thread, each with its own summary model (`make_model()`:
+    an instant model unless told otherwise) and workdir; `summary_timeout` replaces ctxpress' own."""
     return {
-        "ctxpress": replay_ours(thread, threshold, root / "ctxpress", InstantChatModel()),
-        "langchain": replay_langchain(thread, threshold, InstantChatModel()),
-        "deepagents": replay_deepagents(thread, threshold, root / "deepagents", InstantChatModel()),
+        "ctxpress": replay_ours(thread, threshold, root / "ctxpress", make_model(), summary_timeout),
+        "langchain": replay_langchain(thread, threshold, make_model()),
+        "deepagents": replay_deepagents(thread, threshold, root / "deepagents", make_model()),
     }
 
 

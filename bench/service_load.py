@@ -60,7 +60,9 @@ from langchain_core.runnables import RunnableConfig
 
 from common import REPO_ROOT, bench_parser, percentile, ratio, table, update_docs
 from ctxpress.app.server.agents_file import default_agent
+from ctxpress.app.server.repositories.checkpoint_rows import ThreadStorage
 from ctxpress.app.server.runtime.agents import thread_config
+from ctxpress.app.server.runtime.checkpoint_pruning import prune_thread, thread_storage
 from ctxpress.app.server.runtime.container import open_services
 from ctxpress.app.server.settings import Settings
 from ctxpress.app.testing.api import read_events, send
@@ -527,6 +529,27 @@ class Compression:
         return self.round_trip_s - self.summary_model_s
 
 
+@dataclass(frozen=True)
+class StoragePoint:
+    """What one conversation's checkpoints hold at a length (issue 16)."""
+
+    messages: int
+    storage: ThreadStorage
+    #: The SQLite checkpoint file with its log (None on PostgreSQL).
+    file_bytes: int | None
+
+
+@dataclass
+class Unpruned:
+    """The same kind of thread never pruned (what the service stored before issue 16), then pruned."""
+
+    messages: int = 0
+    before: ThreadStorage | None = None
+    after: ThreadStorage | None = None
+    file_before: int | None = None
+    file_after: int | None = None
+
+
 @dataclass
 class CompressionResult:
     backend: str
@@ -535,10 +558,11 @@ class CompressionResult:
     build_turns: int = 0
     build_s: float = 0.0
     automatic_summaries: int = 0
-    #: Bytes of checkpoints stored once the thread is made (this one conversation's).
-    checkpoint_bytes: int = 0
     calls: list[Compression] = field(default_factory=list)
     context_s: list[float] = field(default_factory=list)
+    #: The compressed thread's storage at 1/4, 1/2 and all of its length (pruned after each turn).
+    storage: list[StoragePoint] = field(default_factory=list)
+    unpruned: Unpruned = field(default_factory=Unpruned)
     errors: list[str] = field(default_factory=list)
 
     def p(self, values: Sequence[float], q: float) -> float:
@@ -562,10 +586,18 @@ def _context(client: httpx.Client, conversation_id: str) -> dict[str, Any]:
     return context
 
 
-async def seed_thread(settings: Settings, token: str, target: int, result: CompressionResult) -> str:
+async def seed_thread(
+    settings: Settings, token: str, target: int, result: CompressionResult, *, prune: bool = True
+) -> str:
     """A conversation whose thread holds `target` messages, made by turns of the offline model through
     the service's own compiled graph and checkpointer (in this process, the service not running):
-    the agent, middleware, tools and state of real runs, without the HTTP, SSE and chat-record work."""
+    the agent, middleware, tools and state of real runs, without the HTTP, SSE and chat-record work.
+
+    `prune`: after each turn, keep the latest checkpoint, as the service does after each run; its
+    storage is recorded at a quarter, half and all of `target` (`result.storage`). Without it the
+    thread keeps every checkpoint (as before issue 16); it is measured at the end, then pruned and
+    measured again (`result.unpruned`)."""
+    milestones = {target // 4, target // 2, target}
     async with open_services(settings, [timed_agent()]) as services:
         user = await services.auth.authenticate(token)
         assert user is not None
@@ -590,23 +622,30 @@ async def seed_thread(settings: Settings, token: str, target: int, result: Compr
             )
             messages = len(state["messages"])
             result.build_turns += 1
+            if prune:
+                await prune_thread(services.checkpointer, conversation.id)
+                if (reached := next((m for m in sorted(milestones) if messages >= m), None)) is not None:
+                    milestones.discard(reached)
+                    storage = await thread_storage(services.checkpointer, conversation.id)
+                    result.storage.append(StoragePoint(messages, storage, sqlite_file_bytes(settings)))
+        if not prune:
+            unpruned = result.unpruned
+            unpruned.messages = messages
+            unpruned.before = await thread_storage(services.checkpointer, conversation.id)
+            unpruned.file_before = sqlite_file_bytes(settings)
+            await prune_thread(services.checkpointer, conversation.id)
+            unpruned.after = await thread_storage(services.checkpointer, conversation.id)
+            unpruned.file_after = sqlite_file_bytes(settings)
         return str(conversation.id)
 
 
-def checkpoint_storage_bytes(settings: Settings) -> int:
-    """What the checkpointer stores: the SQLite checkpoint file (with its WAL), or the PostgreSQL
-    checkpoint tables (with their indexes and TOAST)."""
+def sqlite_file_bytes(settings: Settings) -> int | None:
+    """The SQLite checkpoint file with its log; None on PostgreSQL."""
     target = settings.database()
-    if target.backend == "sqlite":
-        path = Path(target.checkpoint_target)
-        return sum(file.stat().st_size for file in path.parent.glob(path.name + "*"))
-    with psycopg.connect(target.checkpoint_target) as connection:
-        row = connection.execute(
-            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'r' AND n.nspname = current_schema() "
-            "AND c.relname IN ('checkpoints', 'checkpoint_blobs', 'checkpoint_writes')"
-        ).fetchone()
-    return int(row[0]) if row else 0
+    if target.backend != "sqlite":
+        return None
+    path = Path(target.checkpoint_target)
+    return sum(file.stat().st_size for file in path.parent.glob(path.name + "*"))
 
 
 def compression_phase(backend: str, sizes: Sizes, scratch: Path, profile: bool) -> CompressionResult:
@@ -614,10 +653,12 @@ def compression_phase(backend: str, sizes: Sizes, scratch: Path, profile: bool) 
     result = CompressionResult(backend)
     with service_settings(backend, root) as settings:
         token = create_user(settings, "bench")
+        never_pruned = CompressionResult(backend)
+        asyncio.run(seed_thread(settings, token, sizes.thread_messages, never_pruned, prune=False))
+        result.unpruned = never_pruned.unpruned
         started = time.perf_counter()
         conversation_id = asyncio.run(seed_thread(settings, token, sizes.thread_messages, result))
         result.build_s = time.perf_counter() - started
-        result.checkpoint_bytes = checkpoint_storage_bytes(settings)
         timings = root / "timings.jsonl"
         timings.touch()
         env = {"CTXPRESS_BENCH_TIMINGS": str(timings)}
@@ -816,6 +857,87 @@ def compression_table(results: Sequence[CompressionResult]) -> list[str]:
     )
 
 
+GOAL_TOTAL_TO_LATEST = 3.0
+GOAL_GROWTH_ON_DOUBLING = 2.2
+
+
+def mb(value: int | None) -> str:
+    return "–" if value is None else f"{value / 1e6:.2f} MB"
+
+
+def storage_table(results: Sequence[CompressionResult]) -> list[str]:
+    rows = []
+    for result in results:
+        previous: StoragePoint | None = None
+        for point in result.storage:
+            growth = (
+                f"{point.storage.total_bytes / previous.storage.total_bytes:.2f}× for "
+                f"{point.messages / previous.messages:.2f}× the messages"
+                if previous is not None
+                else "–"
+            )
+            rows.append(
+                [
+                    result.backend,
+                    f"{point.messages:,}",
+                    str(point.storage.checkpoints),
+                    mb(point.storage.total_bytes),
+                    mb(point.storage.latest_bytes),
+                    f"{point.storage.total_bytes / max(point.storage.latest_bytes, 1):.2f}×",
+                    growth,
+                    mb(point.file_bytes),
+                ]
+            )
+            previous = point
+    return table(
+        [
+            "database",
+            "messages",
+            "checkpoints kept",
+            "checkpoint bytes of the conversation",
+            "latest checkpoint",
+            "bytes ÷ latest (goal ≤ 3×)",
+            "growth from the previous row (goal ≤ 2.2× when doubling)",
+            "SQLite checkpoint file",
+        ],
+        rows,
+    )
+
+
+def unpruned_table(results: Sequence[CompressionResult]) -> list[str]:
+    rows = [
+        [
+            result.backend,
+            f"{result.unpruned.messages:,}",
+            f"{result.unpruned.before.checkpoints:,} → {result.unpruned.after.checkpoints}",
+            f"{mb(result.unpruned.before.total_bytes)} → {mb(result.unpruned.after.total_bytes)}",
+            f"{mb(result.unpruned.file_before)} → {mb(result.unpruned.file_after)}",
+        ]
+        for result in results
+        if result.unpruned.before is not None and result.unpruned.after is not None
+    ]
+    return table(["database", "messages", "checkpoints", "checkpoint bytes", "SQLite checkpoint file"], rows)
+
+
+def storage_verdicts(results: Sequence[CompressionResult]) -> list[str]:
+    lines = []
+    for result in results:
+        if not result.storage:
+            continue
+        ratio_max = max(p.storage.total_bytes / max(p.storage.latest_bytes, 1) for p in result.storage)
+        growths = [
+            b.storage.total_bytes / a.storage.total_bytes
+            for a, b in zip(result.storage, result.storage[1:], strict=False)
+        ]
+        met = ratio_max <= GOAL_TOTAL_TO_LATEST and all(g <= GOAL_GROWTH_ON_DOUBLING for g in growths)
+        lines.append(
+            f"{result.backend}: bytes ÷ latest checkpoint at most {ratio_max:.2f}× (goal ≤ 3×), growth when "
+            f"doubling {', '.join(f'{g:.2f}×' for g in growths)} (goal ≤ 2.2×): goal "
+            + ("met." if met else "**missed**.")
+        )
+    return lines
+
+
 def steps_table(results: Sequence[CompressionResult]) -> list[str]:
     """Median of each timed step, per database (model-excluded figures add up to the service time)."""
     names: list[str] = []
@@ -941,18 +1063,31 @@ def report(
                 f"- {result.backend}: thread made in {result.build_turns} turns ({result.build_s:.0f} s), "
                 f"{result.automatic_summaries} automatic summaries on the way; the compressions summarised "
                 f"{summarised[0]} messages first ({ms(result.calls[0].net_s * 1e3)} ms, model excluded), then "
-                f"{percentile(summarised[1:] or summarised, 0.5):.0f} (median). Checkpoints stored for this "
-                f"conversation: {result.checkpoint_bytes / 1e6:,.0f} MB."
+                f"{percentile(summarised[1:] or summarised, 0.5):.0f} (median)."
             )
-    if any(result.checkpoint_bytes for result in compressions):
+    if any(result.storage for result in compressions):
         lines.extend(
             [
                 "",
-                "The checkpoint storage: LangGraph keeps every checkpoint of a thread and the service never "
-                "deletes old ones, and each checkpoint holds the whole message list (SQLite: inside every "
-                "checkpoint row; PostgreSQL: a new blob of the `messages` channel for every step), so a "
-                "conversation's checkpoints grow with the square of its length -- the sizes above are for "
-                "one conversation.",
+                "**Checkpoint storage of one conversation** (issue 16). LangGraph keeps every checkpoint of "
+                "a thread, each holding the whole message list (SQLite: inside every checkpoint row; "
+                "PostgreSQL: a new blob of the `messages` channel for every step), so a thread that is never "
+                "pruned grows with the square of its length. The service now prunes a thread to its latest "
+                "checkpoint (with its pending writes) after each run and each manual compression "
+                "(`runtime/checkpoint_pruning.py`); the thread above was made the same way, pruned after "
+                "every turn. Bytes are the payloads of the thread's rows (checkpoints, blobs, pending "
+                "writes; `runtime/checkpoint_pruning.thread_storage`), the latest checkpoint with the blobs "
+                "it references; the SQLite file is the checkpoint database with its log, as on disk.",
+                "",
+                *storage_table(compressions),
+                "",
+                *storage_verdicts(compressions),
+                "",
+                "The same kind of thread made again without pruning (what the service stored before), then "
+                "pruned once -- on SQLite the file gives the pages back (`auto_vacuum = INCREMENTAL`, "
+                "`incremental_vacuum`); PostgreSQL reuses the freed rows' space (its files do not shrink):",
+                "",
+                *unpruned_table(compressions),
             ]
         )
     lines.extend(["", *compression_table(compressions), ""])

@@ -149,6 +149,8 @@ def instrument(timings_file: str, profile_file: str | None) -> None:
     wrap(CompiledStateGraph, "aget_state", lambda f: timed_async("state read (aget_state)", f))
     wrap(CompiledStateGraph, "aupdate_state", lambda f: timed_async("state update (aupdate_state)", f))
     wrap(PressureRepository, "invalidate", lambda f: timed_async("pressure record", f))
+    wrap(compression, "prune_quietly", lambda f: timed_async("checkpoint prune", f))
+    wrap(compression.CompressionService, "_claim", lambda f: timed_async("compressing mark", f))
     for saver in (AsyncSqliteSaver, AsyncPostgresSaver):  # LangGraph's savers, where the database is
         wrap(saver, "aget_tuple", lambda f: timed_async(CHECKPOINT_READ, f))
         wrap(saver, "aput", lambda f: timed_async(CHECKPOINT_WRITE, f))

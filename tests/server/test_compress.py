@@ -347,7 +347,11 @@ def test_s19_compress_success_state_read_back_through_graph(start_server: Server
     assert [m.text for m in sent[2:]] == [*message_texts(before)[4:], "第四个问题：风险评估呢？"]
 
 
-def test_s18_run_submitted_during_compression_waits_for_the_commit(start_server: ServerFactory) -> None:
+def test_s18_run_submitted_during_compression_is_refused_at_once(start_server: ServerFactory) -> None:
+    """S18 + issue 16: while a manual compression holds the conversation, a new message is answered
+    at once -- 409 `thread_busy`, reason `compressing`, `Retry-After` -- instead of waiting for the
+    lock (which held a pooled connection per waiter); the status says so; afterwards it is accepted
+    and its first model call sees the new summary."""
     chat, summarizer = Chat(), Summarizer()
     server = start_server(agents=[kb_agent(chat=chat, summarizer=summarizer)])
     token = server.create_user("alice")
@@ -355,6 +359,7 @@ def test_s18_run_submitted_during_compression_waits_for_the_commit(start_server:
     conversation_id = create_conversation(alice)
     talk(alice, conversation_id, TURNS)
     calls_before = len(chat.requests)
+    records_before = len(alice.get(f"/api/conversations/{conversation_id}/messages").json()["items"])
 
     summarizer.gate = threading.Event()  # hold the compression inside the lock, at the summary call
     finished: dict[str, tuple[float, httpx.Response]] = {}
@@ -368,29 +373,33 @@ def test_s18_run_submitted_during_compression_waits_for_the_commit(start_server:
         target=call, args=("compress", "POST", f"/api/conversations/{conversation_id}/compress")
     )
     compressing.start()
-    assert summarizer.entered.wait(10), "the compression never reached the summary model"
-    submitting = threading.Thread(
-        target=call,
-        args=(
-            "intake",
-            "POST",
-            f"/api/conversations/{conversation_id}/runs",
-            {"input": "压缩期间提交的问题"},
-        ),
-    )
-    submitting.start()
-    submitting.join(timeout=0.5)
-    assert submitting.is_alive(), "intake must wait for the conversation lock the compression holds"
-    assert len(chat.requests) == calls_before, "no model call may start meanwhile"
-
-    summarizer.gate.set()
-    compressing.join(10)
-    submitting.join(10)
-    compressed_at, compressed = finished["compress"]
-    accepted_at, accepted = finished["intake"]
+    try:
+        assert summarizer.entered.wait(10), "the compression never reached the summary model"
+        status = alice.get(f"/api/conversations/{conversation_id}/status").json()
+        assert (status["busy"], status["reason"], status["active_run_id"]) == (True, "compressing", None)
+        began = time.monotonic()
+        refused = alice.post(
+            f"/api/conversations/{conversation_id}/runs", json={"input": "压缩期间提交的问题"}
+        )
+        assert time.monotonic() - began < 2, "intake waited for the lock the compression holds"
+        assert refused.status_code == 409, refused.text
+        error = refused.json()["error"]
+        assert (error["code"], error["reason"]) == ("thread_busy", "compressing")
+        assert int(refused.headers["Retry-After"]) == error["details"]["retry_after"] > 0
+        again = alice.post(f"/api/conversations/{conversation_id}/compress")
+        assert again.status_code == 409 and again.json()["error"]["reason"] == "compressing"
+        assert len(chat.requests) == calls_before, "no model call may start meanwhile"
+    finally:
+        summarizer.gate.set()
+        compressing.join(10)
+    compressed = finished["compress"][1]
     assert compressed.status_code == 200 and compressed.json()["compressed"] is True
+    records = alice.get(f"/api/conversations/{conversation_id}/messages").json()["items"]
+    assert len(records) == records_before, "a refused message is not in the chat record"
+    assert alice.get(f"/api/conversations/{conversation_id}/status").json()["busy"] is False
+
+    accepted = alice.post(f"/api/conversations/{conversation_id}/runs", json={"input": "压缩期间提交的问题"})
     assert accepted.status_code == 202 and accepted.json()["started"] is True, accepted.text
-    assert compressed_at <= accepted_at
     run_id = accepted.json()["run"]["id"]
     assert wait_for_status(alice, run_id, {"succeeded"})["status"] == "succeeded"
     # The run's first model call already sees the new summary.

@@ -146,11 +146,21 @@ def test_s18_compress_and_intake_race_is_serial(
         async def intake(index: int, client: httpx.AsyncClient) -> str:
             await start.wait()
             await asyncio.sleep(delays[index])
-            response = await client.post(
-                f"/api/conversations/{conversation_id}/runs", json={"input": f"并发问题 {index:02d}"}
-            )
-            assert response.status_code == 202, response.text
-            return str(response.json()["run"]["id"])
+            refused = 0
+            while True:
+                response = await client.post(
+                    f"/api/conversations/{conversation_id}/runs", json={"input": f"并发问题 {index:02d}"}
+                )
+                if response.status_code == 202:
+                    return str(response.json()["run"]["id"])
+                # A compression holds the conversation: refused at once, never left waiting (issue 16).
+                assert response.status_code == 409, response.text
+                error = response.json()["error"]
+                assert (error["code"], error["reason"]) == ("thread_busy", "compressing"), error
+                assert int(response.headers["Retry-After"]) > 0
+                refused += 1
+                assert refused < 400, "the conversation was never free of compressions"
+                await asyncio.sleep(jitter[index] / 5)
 
         async def compressor(index: int, client: httpx.AsyncClient) -> CompressAttempts:
             await start.wait()
@@ -211,7 +221,7 @@ def test_s18_compress_and_intake_race_is_serial(
     messages = state["values"]["messages"]
     assert event["first_kept_id"] == messages[event["cutoff_index"]]["data"]["id"]
     busy = {reason for attempt in compressions for reason in attempt.busy_reasons}
-    assert busy <= {"running", "queued"}
+    assert busy <= {"running", "queued", "compressing"}
 
     # 4. Every intake reached the state once, in FIFO order, and the chat record has it all.
     runs = alice.get(f"/api/conversations/{conversation_id}/runs", params={"limit": 100}).json()["items"]

@@ -71,20 +71,23 @@ def test_requests_queue_fifo_behind_the_active_run(start_server: ServerFactory) 
     assert [event.type for event in cancelled_stream] == ["run_queued", "run_finished"]
     assert cancelled_stream[-1].data["status"] == "cancelled"
 
-    # The chat record follows execution order; the withdrawn message never entered it.
+    # The chat record keeps every accepted message from its intake on (S1), the withdrawn one too
+    # (its run says it was cancelled); the answers follow in execution order.
     rows = query_sql(
         server.services.settings,
-        "SELECT role, content FROM messages WHERE conversation_id = :cid ORDER BY id",
+        "SELECT role, content, run_id FROM messages WHERE conversation_id = :cid ORDER BY id",
         cid=conversation_id,
     )
     assert [(row.role, row.content) for row in rows] == [
         ("user", "一"),
-        ("assistant", "回声：一"),
         ("user", "二"),
-        ("assistant", "回声：二"),
+        ("user", "三"),
         ("user", "四"),
+        ("assistant", "回声：一"),
+        ("assistant", "回声：二"),
         ("assistant", "回声：四"),
     ]
+    assert rows[2].run_id == third["run"]["id"]
     assert alice.get(f"/api/conversations/{conversation_id}/status").json()["busy"] is False
 
 

@@ -160,14 +160,22 @@ class UserExistsError(ConflictError):
 
 
 class ThreadBusyError(ConflictError):
-    """S18: a running run, a run waiting for user input, or a queued request; `reason` says which."""
+    """S18: a running run, a run waiting for user input, a queued request, or a manual compression
+    holding the conversation; `reason` says which. With `retry_after` (seconds) the answer carries
+    `Retry-After`: a message sent while the conversation is compressed is refused at once rather
+    than left waiting for the lock."""
 
     code = ErrorCode.THREAD_BUSY
 
-    def __init__(self, busy: BusyState) -> None:
+    def __init__(
+        self, busy: BusyState, message: str | None = None, *, retry_after: int | None = None
+    ) -> None:
+        details: dict[str, Any] = {"active_run_id": busy.active_run_id, "queued_runs": busy.queued_runs}
+        if retry_after is not None:
+            details["retry_after"] = retry_after
+            self.headers = {"Retry-After": str(retry_after)}
         super().__init__(
-            f"the conversation is busy ({busy.reason}); compress when it is idle",
-            details={"active_run_id": busy.active_run_id, "queued_runs": busy.queued_runs},
+            message or f"the conversation is busy ({busy.reason}); compress when it is idle", details=details
         )
         self.reason: BusyReason = busy.reason
 

@@ -572,6 +572,8 @@ class VocabularyOut(BaseModel):
     workdir_dirs: dict[str, str]
     #: `reason` of `thread_busy` and of a busy `GET …/status`.
     busy_reasons: list[str]
+    #: The same reasons by name (`COMPRESSING`: a manual compression holds the conversation).
+    busy_reason_names: dict[str, str]
     #: `queued_because` of a queued run.
     queued_reasons: list[str]
     #: `part` of `compression_failed`.

@@ -17,7 +17,7 @@ from ctxpress.app.server.agents_file import CONTEXT_COMPRESSION
 from ctxpress.app.server.db import models
 from ctxpress.app.server.errors import ErrorCode
 from ctxpress.app.server.rendering import MAX_RENDER_CHARS
-from ctxpress.app.server.repositories.runs import BusyReason
+from ctxpress.app.server.repositories.runs import BUSY_COMPRESSING, BusyReason
 from ctxpress.app.server.runtime import events as sse_events
 from ctxpress.app.server.schemas import VocabularyOut
 from ctxpress.app.server.usecases.compression import FAILURE_STATUS
@@ -69,7 +69,9 @@ def vocabulary() -> VocabularyOut:
         usage_categories={"MAIN": models.USAGE_MAIN, "SUMMARY": models.USAGE_SUMMARY},
         workdir_dirs={"LARGE_TOOL_RESULTS": LARGE_RESULTS_DIR, "CONVERSATION_HISTORY": HISTORY_DIR},
         busy_reasons=busy_reasons,
-        queued_reasons=[*busy_reasons, WORKERS_BUSY, USER_RUN_LIMIT],
+        busy_reason_names={reason.upper(): reason for reason in busy_reasons},
+        # A run is never queued behind a compression: intake refuses it instead.
+        queued_reasons=[*(r for r in busy_reasons if r != BUSY_COMPRESSING), WORKERS_BUSY, USER_RUN_LIMIT],
         failed_parts=[str(part) for part in FAILURE_STATUS],
         summary_marker=SUMMARY_MARKER,
         summary_event_key=EVENT_KEY,

@@ -158,6 +158,10 @@ class Conversation(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     #: Hidden from the conversation list since then (the record is kept); NULL: listed.
     archived_at: Mapped[datetime | None] = mapped_column(default=None)
+    #: Set (committed, so every process sees it) while a manual compression holds or is about to
+    #: hold this row's lock (S18); until this instant at most. A mark whose lock is free is stale
+    #: (`runtime/locks.compression_holds`).
+    compressing_until: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class Run(Base):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.models import Conversation, is_public_id, utcnow
@@ -36,6 +36,44 @@ class ConversationRepository:
         if row_lock:
             query = query.with_for_update(skip_locked=skip_locked)
         return (await self.session.execute(query)).scalar_one_or_none()
+
+    async def claim_compression(
+        self, conversation_id: str, *, now: datetime, until: datetime, force: bool = False
+    ) -> bool:
+        """Mark the conversation as being compressed until `until`, unless a live mark is there
+        (`force`: replace it -- the caller found that nobody holds the lock).
+
+        A conversation with a live mark is not matched, so this never waits for the row lock of the
+        compression that set it; it may wait for a short holder (intake, the worker)."""
+        condition = or_(Conversation.compressing_until.is_(None), Conversation.compressing_until <= now)
+        statement = (
+            update(Conversation)
+            .where(
+                Conversation.id == conversation_id, condition if not force else Conversation.id.is_not(None)
+            )
+            .values(compressing_until=until)
+            .returning(Conversation.id)
+        )
+        return (await self.session.execute(statement)).first() is not None
+
+    async def release_compression(self, conversation_id: str, *, until: datetime) -> None:
+        """Remove the mark `claim_compression` set (another claim's mark is left alone)."""
+        statement = (
+            update(Conversation)
+            .where(Conversation.id == conversation_id, Conversation.compressing_until == until)
+            .values(compressing_until=None)
+        )
+        await self.session.execute(statement)
+
+    async def compressing_until(self, conversation_id: str, *, now: datetime) -> datetime | None:
+        """The live compression mark of the conversation, if any (a plain read: never waits)."""
+        query = select(Conversation.compressing_until).where(Conversation.id == conversation_id)
+        until = (await self.session.execute(query)).scalar_one_or_none()
+        return until if until is not None and until > now else None
+
+    async def exists(self, conversation_id: str) -> bool:
+        query = select(Conversation.id).where(Conversation.id == conversation_id)
+        return (await self.session.execute(query)).first() is not None
 
     async def get_owned(self, conversation_id: str, owner_id: str) -> Conversation | None:
         if not is_public_id(conversation_id):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from sqlalchemy import exists, func, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -22,7 +22,9 @@ from ctxpress.app.server.db.models import (
     utcnow,
 )
 
-BusyReason = Literal["running", "waiting_input", "queued"]
+#: "compressing": a manual compression holds the conversation (S18), see `conversations.compressing_until`.
+BusyReason = Literal["running", "waiting_input", "queued", "compressing"]
+BUSY_COMPRESSING: Final[BusyReason] = "compressing"
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,11 @@ class BusyState:
     #: The running or waiting run, if any (a conversation can be busy with queued requests only).
     active_run_id: str | None
     queued_runs: int
+
+    @classmethod
+    def compressing(cls, queued_runs: int = 0) -> BusyState:
+        """A manual compression holds the conversation."""
+        return cls(BUSY_COMPRESSING, None, queued_runs)
 
 
 class RunRepository:

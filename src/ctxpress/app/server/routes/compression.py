@@ -35,7 +35,11 @@ router = APIRouter(
     response_model=CompressOut,
     responses={
         400: {"model": ErrorResponse, "description": "The agent lacks the context_compression capability."},
-        409: {"model": ThreadBusyResponse},
+        409: {
+            "model": ThreadBusyResponse,
+            "description": "`thread_busy`: a run is running, waits for input or is queued, or another "
+            "compression holds the conversation (`compressing`, with `Retry-After`).",
+        },
         500: {"model": CompressionFailedResponse, "description": "History file or state update failed."},
         502: {"model": CompressionFailedResponse, "description": "The summary model failed."},
     },

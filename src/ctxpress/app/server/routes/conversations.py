@@ -26,6 +26,7 @@ from ctxpress.app.server.schemas import (
     RunList,
     RunOut,
     StateOut,
+    ThreadBusyResponse,
     UpdateConversationRequest,
     UsageOut,
 )
@@ -106,12 +107,24 @@ async def conversation_status(conversation: ConversationDep, services: ServicesD
     "/{conversation_id}/runs",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=RunAccepted,
-    responses={400: {"model": ErrorResponse}, 413: {"model": ErrorResponse}},
+    responses={
+        400: {"model": ErrorResponse},
+        409: {
+            "model": ThreadBusyResponse,
+            "description": "`thread_busy` with reason `compressing`: a manual compression holds the "
+            "conversation (S18). Answered at once, never after waiting for the compression; the "
+            "message is not stored -- send it again after `Retry-After` seconds.",
+            "headers": {"Retry-After": {"description": "Seconds to wait", "schema": {"type": "integer"}}},
+        },
+        413: {"model": ErrorResponse},
+    },
 )
 async def create_run(
     body: CreateRunRequest, user: UserDep, conversation: ConversationDep, services: ServicesDep
 ) -> RunAccepted:
-    """Send a message: the run starts now, or waits FIFO behind the conversation's active run."""
+    """Send a message: the run starts now, or waits FIFO behind the conversation's active run. The
+    message is in the chat record from this answer on; while a manual compression holds the
+    conversation it is refused (409 `compressing`, `Retry-After`)."""
     intake = await services.runs.submit(user, conversation.id, body.input)
     await services.conversations.title_from_first_question(conversation, body.input)
     return RunAccepted(

@@ -101,6 +101,8 @@ class AgentRegistry:
         if len(defaults) > 1:
             raise AgentConfigError(f"more than one default agent: {', '.join(defaults)}")
         self.default_name = defaults[0] if defaults else definitions[0].name
+        #: The service's one checkpointer, shared by every agent's graph (pruned per thread).
+        self.checkpointer = checkpointer
         self._agents: dict[str, AgentRuntime] = {}
         for definition in definitions:
             try:

@@ -1,6 +1,8 @@
 """LangGraph's checkpointer for the configured database (SQLite file or PostgreSQL pool).
 
-Two additions to LangGraph's own savers, both for long threads:
+Two additions to LangGraph's own savers, both for long threads (pruning a thread to its latest
+checkpoint: `checkpoint_pruning.py`; the SQLite file is set to incremental auto-vacuum here, before
+the saver's `setup()` makes its tables):
 
 - `CheckpointSerializer`: stored LangChain messages are rebuilt without validating them again
   (`checkpoint_serde.py`);
@@ -34,10 +36,14 @@ from psycopg import AsyncCursor
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from ctxpress.app.server.repositories.checkpoint_rows import SqliteCheckpointRows
 from ctxpress.app.server.runtime.checkpoint_serde import CheckpointSerializer
 from ctxpress.app.server.settings import DatabaseTarget
 
 POSTGRES_POOL_MAX_SIZE = 10
+#: The SQLite write-ahead log is cut back to this size after each checkpoint of it (bytes); a prune
+#: empties it (`checkpoint_rows.SqliteCheckpointRows.reclaim_space`).
+SQLITE_JOURNAL_SIZE_LIMIT = 4 * 1024 * 1024
 
 _ReadKey = tuple[str, str, str | None]
 #: The checkpoints read in the current `one_checkpoint_read()` scope (None: no scope).
@@ -89,17 +95,18 @@ class _ScopedReads:
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        _forget_reads()
+        forget_scoped_reads()
         return await super().aput(config, checkpoint, metadata, new_versions)  # type: ignore[misc]
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        _forget_reads()
+        forget_scoped_reads()
         await super().aput_writes(config, writes, task_id, task_path)  # type: ignore[misc]
 
 
-def _forget_reads() -> None:
+def forget_scoped_reads() -> None:
+    """Drop what the current scope read (a write or a prune changed the thread)."""
     reads = _reads.get()
     if reads is not None:
         reads.clear()
@@ -146,6 +153,7 @@ async def open_checkpointer(
     if target.backend == "sqlite":
         Path(target.checkpoint_target).parent.mkdir(parents=True, exist_ok=True)
         async with aiosqlite.connect(target.checkpoint_target) as conn:  # as `from_conn_string` does
+            await SqliteCheckpointRows(conn).prepare_file(journal_size_limit=SQLITE_JOURNAL_SIZE_LIMIT)
             yield ServiceSqliteSaver(conn, serde=CheckpointSerializer())
         return
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(

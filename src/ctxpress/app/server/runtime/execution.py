@@ -17,7 +17,7 @@ from typing import Any, Final, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.types import Command, StateSnapshot, StreamMode
+from langgraph.types import Command, Durability, StateSnapshot, StreamMode
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.engine import Database
@@ -38,6 +38,7 @@ from ctxpress.app.server.repositories.runs import RunRepository
 from ctxpress.app.server.repositories.usage import UsageRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.agents import AgentRegistry, AgentRuntime, thread_config
+from ctxpress.app.server.runtime.checkpoint_pruning import prune_quietly
 from ctxpress.app.server.runtime.delta_stream import DeltaStream
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.locks import conversation_lock
@@ -61,6 +62,10 @@ from ctxpress.summary.event import is_summary_message
 logger = logging.getLogger(__name__)
 
 STREAM_MODES: Final[list[StreamMode]] = ["messages", "updates", "custom"]
+#: When a run's checkpoints are written: each step's before the next step starts (not in the
+#: background while it runs), so a process killed in a step leaves the checkpoint of every step
+#: before it -- what the chat record already holds of them (docs/architecture.md, "Durability").
+DURABILITY: Final[Durability] = "sync"
 MAX_ERROR_CHARS = 2000
 
 StopReason = Literal["cancelled", "shutdown", "lease_lost"]
@@ -188,7 +193,7 @@ class RunExecutor:
         self.metrics.first_event.observe(_seconds_since(run.created_at))
         compression_started: dict[str, float] = {}
         async for namespace, mode, data in runtime.graph.astream(
-            graph_input, config, stream_mode=STREAM_MODES, subgraphs=True
+            graph_input, config, stream_mode=STREAM_MODES, subgraphs=True, durability=DURABILITY
         ):
             stored: list[MappedItem] = []
             for item in mapper.map(tuple(namespace), str(mode), data):
@@ -216,7 +221,8 @@ class RunExecutor:
             self.metrics.summary_latency.observe(time.monotonic() - started.pop(level))
 
     async def _start(self, run: Run, runtime: AgentRuntime, mapper: StreamMapper) -> Any:
-        """The graph input; records the user's message and announces `run_started`, atomically."""
+        """The graph input; announces `run_started` with the answers to calls left open, atomically.
+        The user's message is in the chat record since intake (`usecases/runs.py`)."""
         started = {
             "run_id": run.id,
             "conversation_id": run.conversation_id,
@@ -260,7 +266,6 @@ class RunExecutor:
                 if await messages.append(run.conversation_id, run.id, patch) is not None:
                     for event in mapper.message_events(patch):
                         await self.events.append(session, run.id, event.type, event.data)
-            await messages.append(run.conversation_id, run.id, user_message)
             await session.commit()
         return {"messages": [*patches, user_message]}
 
@@ -313,6 +318,8 @@ class RunExecutor:
             if current is None or current.status != RUN_RUNNING or current.lease_owner != self.worker_id:
                 logger.warning("run %s: no longer held by this worker; result discarded", run.id)
                 return
+            # Still holding the lock: no other run or compression of the thread reads its checkpoint.
+            await prune_quietly(self.agents.checkpointer, run.conversation_id)
             if outcome.status == RUN_WAITING_INPUT:
                 runs.wait_for_input(current, outcome.interrupts)
                 for pending in outcome.interrupts:

@@ -6,12 +6,20 @@
             ...                                       # read / write rows, update the checkpoint
         # leaving the block commits (or rolls back on an exception) and releases the lock
 
-- PostgreSQL: `SELECT … FROM conversations WHERE id = … FOR UPDATE` — a row lock held until the
-  session's transaction ends, so it serialises service processes too. `try_conversation_lock`
-  adds `SKIP LOCKED` (how workers of several processes share the queue without waiting).
+- PostgreSQL: `SELECT … FROM conversations WHERE id = … FOR UPDATE SKIP LOCKED` — a row lock held
+  until the session's transaction ends, so it serialises service processes too. A waiter never
+  waits inside the database: when the row is held it hands its connection back to the pool and
+  tries again after a short pause (10 ms doubling to 200 ms). Waiting on the row lock itself would
+  hold a pooled connection for as long as the holder -- a manual compression holds it for its whole
+  summary call (S18) -- and twenty such waiters drained the pool for every other user (issue 16).
+  `try_conversation_lock` tries once (how workers of several processes share the queue).
 - SQLite (one service process per data directory): an `asyncio.Lock` per conversation. It
   serialises the same conversation and never blocks others; database writes stay short
-  transactions, so holding it across a slow model call does not lock the file.
+  transactions, so holding it across a slow model call does not lock the file, and a waiter holds
+  no connection.
+- `refuse_while_compressing=True` (run intake): instead of waiting for a manual compression,
+  raise 409 `thread_busy` with reason `compressing` and `Retry-After` at once
+  (`conversations.compressing_until` says a compression holds the lock or is about to).
 
 Never hold two conversation locks at once (no lock ordering is defined, so that could deadlock).
 """
@@ -21,12 +29,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Final
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.engine import Database
-from ctxpress.app.server.db.models import Conversation
-from ctxpress.app.server.errors import NotFoundError
+from ctxpress.app.server.db.models import Conversation, utcnow
+from ctxpress.app.server.errors import NotFoundError, ThreadBusyError
 from ctxpress.app.server.repositories.conversations import ConversationRepository
 from ctxpress.app.server.repositories.runs import BusyState, RunRepository
 
@@ -43,13 +52,76 @@ class LockedConversation:
         return await RunRepository(self.session).busy_state(self.conversation.id)
 
 
+#: Pauses between attempts at a PostgreSQL row lock someone else holds (seconds).
+RETRY_FIRST_SECONDS: Final = 0.01
+RETRY_MAX_SECONDS: Final = 0.2
+#: `Retry-After` of a message refused while its conversation is compressed (seconds).
+COMPRESSING_RETRY_AFTER_SECONDS: Final = 2
+
+
 @asynccontextmanager
-async def conversation_lock(session: AsyncSession, conversation_id: str) -> AsyncIterator[LockedConversation]:
-    """Wait for the conversation's lock. Raises `NotFoundError` for an unknown conversation."""
+async def conversation_lock(
+    session: AsyncSession, conversation_id: str, *, refuse_while_compressing: bool = False
+) -> AsyncIterator[LockedConversation]:
+    """Wait for the conversation's lock, holding no pooled connection while waiting. Raises
+    `NotFoundError` for an unknown conversation; with `refuse_while_compressing`, `ThreadBusyError`
+    (`compressing`) when a manual compression holds or claimed it."""
+    pause = RETRY_FIRST_SECONDS
+    while True:
+        async with _hold(session, conversation_id, skip_locked=True) as locked:
+            if locked is not None:
+                yield locked
+                return
+        # Held by someone else (or gone): look why, with the connection handed back afterwards.
+        await _refuse_if_compressing(session, conversation_id, refuse=refuse_while_compressing)
+        if Database.of(session).backend == "sqlite":
+            break  # the asyncio.Lock queues waiters fairly and holds no connection
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, RETRY_MAX_SECONDS)
     async with _hold(session, conversation_id, skip_locked=False) as locked:
         if locked is None:
             raise NotFoundError("conversation not found")
         yield locked
+
+
+async def _refuse_if_compressing(session: AsyncSession, conversation_id: str, *, refuse: bool = True) -> None:
+    """`NotFoundError` for an unknown conversation; `ThreadBusyError` when `refuse` and a manual
+    compression holds it. Ends the session's transaction either way (its connection goes back)."""
+    conversations = ConversationRepository(session)
+    try:
+        if not await conversations.exists(conversation_id):
+            raise NotFoundError("conversation not found")
+        if refuse and await compression_holds(session, conversation_id):
+            raise compressing_refusal()
+    finally:
+        await session.rollback()
+
+
+async def compression_holds(session: AsyncSession, conversation_id: str) -> bool:
+    """Whether a manual compression holds (or waits for) the conversation's lock: a live mark
+    (`conversations.compressing_until`) and the lock held. A mark whose lock is free was left by a
+    process that died (SIGKILL) or belongs to a compression that has not taken the lock yet; either
+    way nobody is compressing now. Ends the session's transaction when it looked at the row lock."""
+    database = Database.of(session)
+    if await ConversationRepository(session).compressing_until(conversation_id, now=utcnow()) is None:
+        return False
+    if database.backend == "sqlite":
+        return database.local_conversation_locks.get(conversation_id).locked()
+    free = await ConversationRepository(session).read_for_lock(
+        conversation_id, row_lock=True, skip_locked=True
+    )
+    await session.rollback()  # let go of the row if it was free
+    return free is None
+
+
+def compressing_refusal() -> ThreadBusyError:
+    """409 `thread_busy` / `compressing` with `Retry-After`: what a message sent while a manual
+    compression holds its conversation is answered."""
+    return ThreadBusyError(
+        BusyState.compressing(),
+        "the conversation is being compressed; send the message again in a moment",
+        retry_after=COMPRESSING_RETRY_AFTER_SECONDS,
+    )
 
 
 @asynccontextmanager

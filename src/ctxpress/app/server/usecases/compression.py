@@ -2,6 +2,7 @@
 
 Manual compression is one synchronous maintenance request: no run, no queued request, no run type.
 
+    mark the conversation `compressing` (committed; intake answers 409 `compressing` from now on)
     conversation lock (the one run intake takes, S18)
       └ busy? → 409 thread_busy (running | waiting_input | queued)
       └ state ← agent.graph.aget_state                        (the canonical compiled graph, S19;
@@ -11,7 +12,9 @@ Manual compression is one synchronous maintenance request: no run, no queued req
         workdir handle released (success or failure)
       └ agent.graph.aupdate_state({"_summarization_event": …})
       └ pressure record marked stale (S19)
-    commit; the lock is released — a run submitted meanwhile starts now and reads the new state
+      └ the thread's older checkpoints pruned (`runtime/checkpoint_pruning.py`)
+    commit; the lock is released, then the mark -- a message sent meanwhile was refused with
+    `Retry-After`, and the next one starts at once on the new state
 
 Nothing is written when any step before `aupdate_state` fails, so a failure leaves the state and
 the `_summarization_event` exactly as they were.
@@ -21,13 +24,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.agents_file import CONTEXT_COMPRESSION
 from ctxpress.app.server.db.engine import Database
-from ctxpress.app.server.db.models import Conversation, ManualCompression
+from ctxpress.app.server.db.models import Conversation, ManualCompression, utcnow
 from ctxpress.app.server.errors import (
     AgentNotConfiguredError,
     CompressionFailedError,
@@ -36,11 +40,19 @@ from ctxpress.app.server.errors import (
     ThreadBusyError,
 )
 from ctxpress.app.server.repositories.compressions import CompressionRepository
+from ctxpress.app.server.repositories.conversations import ConversationRepository
 from ctxpress.app.server.repositories.pressure import PressureRepository
+from ctxpress.app.server.repositories.runs import BusyState
 from ctxpress.app.server.repositories.usage import UsageRepository
 from ctxpress.app.server.runtime.agents import AgentRegistry, AgentRuntime, thread_config
+from ctxpress.app.server.runtime.checkpoint_pruning import prune_quietly
 from ctxpress.app.server.runtime.checkpoints import one_checkpoint_read
-from ctxpress.app.server.runtime.locks import LockedConversation, conversation_lock
+from ctxpress.app.server.runtime.locks import (
+    COMPRESSING_RETRY_AFTER_SECONDS,
+    LockedConversation,
+    compression_holds,
+    conversation_lock,
+)
 from ctxpress.app.server.runtime.usage_recording import UsageCollector
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs
 from ctxpress.app.server.usecases.pressure import (
@@ -56,6 +68,11 @@ from ctxpress.pressure import SUGGEST_COMPRESS_RATIO, RequestPressure
 from ctxpress.summary.event import SummarizationEvent
 
 logger = logging.getLogger(__name__)
+
+#: How long a compression's mark (`conversations.compressing_until`) outlives the summary timeout,
+#: and how long it lasts when the agent sets none (seconds); a crashed process's mark expires then.
+CLAIM_MARGIN_S: Final = 60.0
+NO_TIMEOUT_CLAIM_S: Final = 600.0
 
 #: The summary model is an upstream service (502); the others are this service's storage (500).
 FAILURE_STATUS: Final[dict[FailedPart, int]] = {
@@ -145,6 +162,42 @@ class CompressionService:
         collector = UsageCollector(
             main_provider=runtime.main_usage_provider, summary_provider=runtime.summary_usage_provider
         )
+        until = await self._claim(conversation_id, runtime)
+        try:
+            return await self._compress_claimed(runtime, conversation_id, collector)
+        finally:
+            async with self.database.session() as session:
+                await ConversationRepository(session).release_compression(conversation_id, until=until)
+                await session.commit()
+
+    async def _claim(self, conversation_id: str, runtime: AgentRuntime) -> datetime:
+        """Mark the conversation as being compressed (committed: every process sees it) before
+        waiting for its lock, so intake refuses new messages at once instead of queueing behind
+        the summary call (`locks.py`); a second compression is refused the same way."""
+        now = utcnow()
+        until = now + timedelta(
+            seconds=(runtime.definition.summary_timeout or NO_TIMEOUT_CLAIM_S) + CLAIM_MARGIN_S
+        )
+        async with self.database.session() as session:
+            conversations = ConversationRepository(session)
+            claimed = await conversations.claim_compression(conversation_id, now=now, until=until)
+            if not claimed and not await compression_holds(session, conversation_id):
+                # The mark of a process that died mid-compression: nobody holds the lock.
+                claimed = await conversations.claim_compression(
+                    conversation_id, now=now, until=until, force=True
+                )
+            await session.commit()
+        if not claimed:
+            raise ThreadBusyError(
+                BusyState.compressing(),
+                "the conversation is already being compressed",
+                retry_after=COMPRESSING_RETRY_AFTER_SECONDS,
+            )
+        return until
+
+    async def _compress_claimed(
+        self, runtime: AgentRuntime, conversation_id: str, collector: UsageCollector
+    ) -> CompressionOutcome:
         refused: ServiceError | None = None
         async with (
             self.database.session() as session,
@@ -229,6 +282,8 @@ class CompressionService:
         # The recorded figure described a request the state no longer implies (S19).
         await PressureRepository(session).invalidate(conversation_id)
         await CompressionRepository(session).add_manual(_manual_record(conversation_id, result))
+        # Still under the lock: the thread keeps the checkpoint just written, nothing older.
+        await prune_quietly(self.agents.checkpointer, conversation_id)
         checkpoint_id = (updated or {}).get("configurable", {}).get("checkpoint_id")
         return CompressionOutcome.of(conversation_id, result, checkpoint_id)
 

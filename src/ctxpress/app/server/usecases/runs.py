@@ -6,6 +6,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from langchain_core.messages import HumanMessage
+
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import (
     RUN_CANCELLED,
@@ -25,11 +27,12 @@ from ctxpress.app.server.errors import (
     UnknownInterruptError,
 )
 from ctxpress.app.server.repositories.conversations import ConversationRepository
+from ctxpress.app.server.repositories.messages import MessageRepository
 from ctxpress.app.server.repositories.runs import BusyState, RunRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.agents import AgentRegistry
 from ctxpress.app.server.runtime.events import EventLog
-from ctxpress.app.server.runtime.locks import conversation_lock
+from ctxpress.app.server.runtime.locks import compressing_refusal, compression_holds, conversation_lock
 from ctxpress.app.server.runtime.worker import RunWorker
 from ctxpress.app.server.usecases.message_limits import check_message_size
 
@@ -68,26 +71,38 @@ class RunService:
         self.max_input_chars = max_input_chars
 
     async def submit(self, user: User, conversation_id: str, text: str) -> Intake:
-        """Start a run for the user's message, or queue it FIFO behind the conversation's active run."""
+        """Start a run for the user's message, or queue it FIFO behind the conversation's active run.
+        The message is stored in the chat record in the transaction that accepts the run."""
         if len(text) > self.max_input_chars:
             raise InputTooLongError(f"input is longer than {self.max_input_chars} characters")
         async with self.database.session() as session:
             conversation = await ConversationRepository(session).get_owned(conversation_id, user.id)
             if conversation is None:
                 raise NotFoundError("conversation not found")
-            if (runtime := self.agents.get(conversation.agent_name)) is not None:
+            runtime = self.agents.get(conversation.agent_name)
+            # (`compression_holds` may end the transaction: the row's attributes are read before.)
+            if conversation.compressing_until is not None and await compression_holds(
+                session, conversation_id
+            ):
+                raise compressing_refusal()  # at once; the lock below refuses one claimed meanwhile
+            if runtime is not None:
                 check_message_size(runtime, text)  # before anything is stored
-            # Hand the connection back before waiting for the lock: on SQLite the lock is an
-            # asyncio.Lock, and waiters holding pool connections starve the holder (pool deadlock).
+            # Hand the connection back before waiting for the lock: waiters holding pool
+            # connections starve the holder and every other user (`locks.py`). A manual
+            # compression is not waited for: 409 `thread_busy` (`compressing`) with Retry-After.
             await session.rollback()
             slot_reserved = False
             try:
-                async with conversation_lock(session, conversation_id) as locked:
+                async with conversation_lock(
+                    session, conversation_id, refuse_while_compressing=True
+                ) as locked:
                     busy = await locked.busy_state()
                     runs = RunRepository(session)
-                    run = await runs.add(
-                        locked.conversation, input={"text": text, "message_id": str(uuid.uuid4())}
-                    )
+                    message = HumanMessage(content=text, id=str(uuid.uuid4()))
+                    run = await runs.add(locked.conversation, input={"text": text, "message_id": message.id})
+                    # In the chat record from the moment it is accepted (S1): a run that never
+                    # starts -- queued, cancelled, or failed after a crash -- still shows it.
+                    await MessageRepository(session).append(conversation_id, run.id, message)
                     slot_reserved = busy is None and self.worker.reserve_slot(user.id)
                     position = None
                     queued_because = None
@@ -199,6 +214,10 @@ class RunService:
             return await RunRepository(session).list_for_conversation(conversation_id, limit=limit)
 
     async def busy_state(self, conversation_id: str) -> BusyState | None:
-        """A snapshot without the lock (for status displays; decisions must take the lock)."""
+        """A snapshot without the lock (for status displays; decisions must take the lock): a manual
+        compression holding the conversation first, then its runs."""
         async with self.database.session() as session:
-            return await RunRepository(session).busy_state(conversation_id)
+            busy = await RunRepository(session).busy_state(conversation_id)
+            if await compression_holds(session, conversation_id):
+                return BusyState.compressing(busy.queued_runs if busy else 0)
+            return busy

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0006_page_records"
-down_revision: str | None = "0003_token_expiry"
+down_revision: str | None = "0004_compressing_marker"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

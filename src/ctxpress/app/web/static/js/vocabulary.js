@@ -20,6 +20,7 @@ export const LEVELS = VOCABULARY.levels;
 export const REASONS = VOCABULARY.reasons;
 export const RUN_STATUSES = VOCABULARY.run_statuses;
 export const ERROR_CODES = VOCABULARY.error_codes;
+export const BUSY_REASONS = VOCABULARY.busy_reason_names;
 export const CAPABILITIES = VOCABULARY.capabilities;
 export const USAGE_CATEGORIES = VOCABULARY.usage_categories;
 export const WORKDIR_DIRS = VOCABULARY.workdir_dirs;

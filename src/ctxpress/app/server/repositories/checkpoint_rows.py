@@ -1,0 +1,125 @@
+"""The checkpointers' own tables, for what LangGraph's savers do not offer: pruning a SQLite thread to
+its latest checkpoint, giving the file's pages back, and measuring what a thread stores.
+
+LangGraph owns these tables (`checkpoints` / `writes` on SQLite; `checkpoints`, `checkpoint_blobs`,
+`checkpoint_writes` on PostgreSQL); this module only deletes rows LangGraph itself would never read
+again and reads sizes. The caller holds the saver's own lock (SQLite) or a pooled connection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+import aiosqlite
+from psycopg import AsyncConnection
+
+#: The latest checkpoint of each namespace of a thread (the one `aget_tuple` loads without an id).
+_SQLITE_LATEST: Final = (
+    "SELECT checkpoint_ns, max(checkpoint_id) FROM checkpoints WHERE thread_id = ? GROUP BY checkpoint_ns"
+)
+_SQLITE_KEEP_LATEST: Final[tuple[str, ...]] = (
+    # Pending writes of every older checkpoint (those of the latest stay: interrupt/resume needs them).
+    f"DELETE FROM writes WHERE thread_id = ? AND (checkpoint_ns, checkpoint_id) NOT IN ({_SQLITE_LATEST})",
+    f"DELETE FROM checkpoints WHERE thread_id = ? AND (checkpoint_ns, checkpoint_id) NOT IN ({_SQLITE_LATEST})",
+    # A kept checkpoint names no deleted parent (as the PostgreSQL saver's `keep_latest` leaves it).
+    "UPDATE checkpoints SET parent_checkpoint_id = NULL WHERE thread_id = ? AND parent_checkpoint_id IS NOT NULL",
+)
+_SQLITE_THREAD_BYTES: Final = (
+    "SELECT (SELECT coalesce(sum(length(checkpoint) + length(metadata)), 0) FROM checkpoints WHERE thread_id = ?)"
+    " + (SELECT coalesce(sum(length(value)), 0) FROM writes WHERE thread_id = ?),"
+    " (SELECT count(*) FROM checkpoints WHERE thread_id = ?),"
+    " (SELECT coalesce(length(checkpoint) + length(metadata), 0) FROM checkpoints"
+    "  WHERE thread_id = ? AND checkpoint_ns = '' ORDER BY checkpoint_id DESC LIMIT 1)"
+)
+_POSTGRES_THREAD_BYTES: Final = """
+SELECT
+  (SELECT coalesce(sum(pg_column_size(checkpoint) + pg_column_size(metadata)), 0)
+     FROM checkpoints WHERE thread_id = %(thread)s)
+  + (SELECT coalesce(sum(octet_length(blob)), 0) FROM checkpoint_blobs WHERE thread_id = %(thread)s)
+  + (SELECT coalesce(sum(octet_length(blob)), 0) FROM checkpoint_writes WHERE thread_id = %(thread)s)
+    AS total,
+  (SELECT count(*) FROM checkpoints WHERE thread_id = %(thread)s) AS checkpoints,
+  (SELECT pg_column_size(c.checkpoint) + pg_column_size(c.metadata) + coalesce((
+     SELECT sum(octet_length(b.blob)) FROM checkpoint_blobs b, jsonb_each_text(c.checkpoint -> 'channel_versions') v
+      WHERE b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
+        AND b.channel = v.key AND b.version = v.value), 0)
+     FROM checkpoints c WHERE c.thread_id = %(thread)s AND c.checkpoint_ns = ''
+     ORDER BY c.checkpoint_id DESC LIMIT 1) AS latest
+"""
+
+
+@dataclass(frozen=True)
+class ThreadStorage:
+    """What the checkpointer stores for one thread (payload bytes, without the tables' overhead)."""
+
+    #: Every checkpoint, blob and pending write of the thread.
+    total_bytes: int
+    #: The latest root checkpoint with the values it references.
+    latest_bytes: int
+    checkpoints: int
+
+
+class SqliteCheckpointRows:
+    """SQL on the SQLite saver's connection (the caller holds the saver's lock)."""
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self.conn = conn
+
+    async def keep_latest(self, thread_id: str) -> None:
+        """Delete all but the latest checkpoint of each namespace of the thread, in one transaction."""
+        try:
+            for statement in _SQLITE_KEEP_LATEST:
+                await self.conn.execute(statement, (thread_id,) * statement.count("?"))
+        except BaseException:
+            await self.conn.rollback()
+            raise
+        await self.conn.commit()
+
+    async def reclaim_space(self) -> None:
+        """Give the freed pages back to the file system (needs `auto_vacuum = INCREMENTAL`), and
+        move the write-ahead log into the file, emptying the log."""
+        # Each step of the statement frees one page, and `execute` steps a statement without rows
+        # once; `executescript` runs it to its end.
+        async with self.conn.executescript("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);"):
+            pass
+
+    async def prepare_file(self, *, journal_size_limit: int) -> None:
+        """Before the saver's `setup()`: incremental auto-vacuum (a file made without it is rebuilt
+        once by `VACUUM`, which the setting needs) and a bounded write-ahead log."""
+        mode = await _scalar(self.conn, "PRAGMA auto_vacuum")
+        if mode != 2:  # 2 = INCREMENTAL
+            await self.conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+            if await _scalar(self.conn, "SELECT count(*) FROM sqlite_master"):
+                await self.conn.execute("VACUUM")
+        await self.conn.execute(f"PRAGMA journal_size_limit = {int(journal_size_limit)}")
+        await self.conn.commit()
+
+    async def thread_storage(self, thread_id: str) -> ThreadStorage:
+        async with self.conn.execute(_SQLITE_THREAD_BYTES, (thread_id,) * 4) as cursor:
+            row = await cursor.fetchone()
+        assert row is not None
+        return ThreadStorage(total_bytes=int(row[0]), latest_bytes=int(row[2] or 0), checkpoints=int(row[1]))
+
+
+class PostgresCheckpointRows:
+    """SQL on a connection of the PostgreSQL saver's pool (`dict_row` rows)."""
+
+    def __init__(self, conn: AsyncConnection[Any]) -> None:
+        self.conn = conn
+
+    async def thread_storage(self, thread_id: str) -> ThreadStorage:
+        cursor = await self.conn.execute(_POSTGRES_THREAD_BYTES, {"thread": thread_id})
+        row = await cursor.fetchone()
+        assert row is not None
+        return ThreadStorage(
+            total_bytes=int(row["total"]),
+            latest_bytes=int(row["latest"] or 0),
+            checkpoints=int(row["checkpoints"]),
+        )
+
+
+async def _scalar(conn: aiosqlite.Connection, sql: str) -> Any:
+    async with conn.execute(sql) as cursor:
+        row = await cursor.fetchone()
+    return row[0] if row else None

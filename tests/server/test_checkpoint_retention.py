@@ -1,0 +1,99 @@
+"""Issue 16: a conversation's checkpoints are pruned to the latest after each run and each manual
+compression, on SQLite and PostgreSQL; continuing (interrupt/resume, compression, new turns) works on
+what is kept, and what a conversation stores grows linearly with its length.
+
+Figures come from the service's own checkpointer (`runtime/checkpoint_pruning.thread_storage`): the
+payload bytes of every checkpoint, blob and pending write of the thread, and of its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from ctxpress.app.server.repositories.checkpoint_rows import ThreadStorage
+from ctxpress.app.server.runtime.checkpoint_pruning import thread_storage
+from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
+from ctxpress.app.testing.live_server import LiveServer
+
+from .conftest import ServerFactory
+from .test_compress import TURNS, Chat, kb_agent, talk
+
+#: The linear law of the issue: everything a conversation stores is at most this many times its
+#: latest checkpoint, and doubling the conversation at most multiplies the bytes by GROWTH.
+MAX_TOTAL_TO_LATEST = 3.0
+MAX_GROWTH_ON_DOUBLING = 2.2
+LONG_TURNS = 200
+#: The SQLite file's own pages (schema, indexes, the shared-memory index of the log).
+FILE_OVERHEAD_BYTES = 256 * 1024
+
+
+def storage(server: LiveServer, conversation_id: str) -> ThreadStorage:
+    return server.call(thread_storage(server.services.checkpointer, conversation_id))
+
+
+def checkpoint_file_bytes(server: LiveServer) -> int:
+    """The SQLite checkpoint file with its write-ahead log."""
+    path = Path(server.services.settings.database().checkpoint_target)
+    return sum(file.stat().st_size for file in path.parent.glob(path.name + "*"))
+
+
+def test_runs_and_compression_keep_one_checkpoint_and_continue(start_server: ServerFactory) -> None:
+    chat = Chat()
+    server = start_server(agents=[kb_agent(chat=chat)])
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+    talk(alice, conversation_id, TURNS)
+    after_runs = storage(server, conversation_id)
+    # Each run wrote several checkpoints (input, model, ...); one is left, and nothing else.
+    assert after_runs.checkpoints == 1
+    assert after_runs.total_bytes <= MAX_TOTAL_TO_LATEST * after_runs.latest_bytes
+
+    # Interrupt on a pruned thread, resume from what was kept (the pending writes of the latest).
+    asked = send(alice, conversation_id, "ask 你喜欢哪种颜色？")
+    run_id = asked["run"]["id"]
+    assert read_events(alice, run_id)[-1].type == "interrupt"
+    wait_for_status(alice, run_id, {"waiting_input"})
+    assert storage(server, conversation_id).checkpoints == 1, "pruned while waiting for the answer"
+    assert alice.post(f"/api/runs/{run_id}/resume", json={"value": "蓝色"}).status_code == 202
+    assert wait_for_status(alice, run_id, {"succeeded"})["status"] == "succeeded"
+    assert chat.requests[-1][-1].text == "蓝色", "the resumed run answered the question it asked"
+
+    # Manual compression reads the kept checkpoint, writes a new one, and prunes again.
+    before = alice.get(f"/api/conversations/{conversation_id}/state").json()["values"]["messages"]
+    compressed = alice.post(f"/api/conversations/{conversation_id}/compress")
+    assert compressed.status_code == 200 and compressed.json()["compressed"] is True, compressed.text
+    state = alice.get(f"/api/conversations/{conversation_id}/state").json()
+    assert state["values"]["messages"] == before, "pruning lost no message of the state"
+    assert state["values"]["_summarization_event"]["summary_count"] == 1
+    assert state["checkpoint_id"] == compressed.json()["checkpoint_id"]
+    assert storage(server, conversation_id).checkpoints == 1
+
+    # The next run starts from the compressed state.
+    talk(alice, conversation_id, ["压缩之后的问题"])
+    assert chat.requests[-1][1].text.startswith(compressed.json()["summary"][:10])
+    assert storage(server, conversation_id).checkpoints == 1
+
+
+def test_storage_grows_linearly_over_200_turns(start_server: ServerFactory, backend: str) -> None:
+    server = start_server(agents=[kb_agent(chat=Chat())])
+    token = server.create_user("alice")
+    conversation_id = create_conversation(server.client(token))
+    figures: dict[int, ThreadStorage] = {}
+    with httpx.Client(
+        base_url=server.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+    ) as alice:
+        for turn in range(1, LONG_TURNS + 1):
+            run_id = send(alice, conversation_id, f"第 {turn} 个问题：进度如何？")["run"]["id"]
+            assert wait_for_status(alice, run_id, {"succeeded"}, timeout=60)["status"] == "succeeded"
+            if turn in (LONG_TURNS // 2, LONG_TURNS):
+                figures[turn] = storage(server, conversation_id)
+    half, full = figures[LONG_TURNS // 2], figures[LONG_TURNS]
+    for figure in (half, full):
+        assert figure.checkpoints == 1
+        assert figure.total_bytes <= MAX_TOTAL_TO_LATEST * figure.latest_bytes, figure
+    assert full.total_bytes <= MAX_GROWTH_ON_DOUBLING * half.total_bytes, (half, full)
+    if backend == "sqlite":
+        # The file gives pruned pages back and the log is emptied: it stays near what is kept.
+        assert checkpoint_file_bytes(server) <= 2 * full.total_bytes + FILE_OVERHEAD_BYTES
