@@ -253,7 +253,8 @@ class RunAccepted(BaseModel):
     queued: bool
     #: 1 = next to start, when queued.
     position: int | None
-    #: "running" | "waiting_input" | "queued" (the conversation is busy) or "workers_busy".
+    #: "running" | "waiting_input" | "queued" (the conversation is busy), "workers_busy" or
+    #: "user_run_limit" (the user's share of the slots is taken).
     queued_because: str | None
 
 
