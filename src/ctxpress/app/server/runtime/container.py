@@ -45,6 +45,7 @@ from ctxpress.app.server.db.migrate import schema_change_lock, upgrade_on
 from ctxpress.app.server.knowledge import open_knowledge_base
 from ctxpress.app.server.runtime.agents import AgentRegistry
 from ctxpress.app.server.runtime.auth_throttle import AuthThrottle, auth_throttle
+from ctxpress.app.server.runtime.checkpoint_pruning import BackgroundPruner
 from ctxpress.app.server.runtime.checkpoints import open_checkpointer
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.execution import RunExecutor
@@ -74,6 +75,8 @@ class Services:
     settings: Settings
     database: Database
     checkpointer: BaseCheckpointSaver[Any]
+    #: Prunes a thread's checkpoints after a manual compression, off its answer's path.
+    pruner: BackgroundPruner
     workdirs: ConversationWorkdirs
     agents: AgentRegistry
     auth: AuthService
@@ -187,10 +190,14 @@ async def open_services(
             lease_seconds=settings.run_lease_seconds,
             poll_seconds=settings.worker_poll_seconds,
         )
+        pruner = BackgroundPruner(database, checkpointer, on_released=worker.nudge)
+        # Runs after the worker stops (callbacks run last-in first-out), before the databases close.
+        stack.push_async_callback(pruner.wait)
         services = Services(
             settings=settings,
             database=database,
             checkpointer=checkpointer,
+            pruner=pruner,
             workdirs=workdirs,
             agents=registry,
             auth=AuthService(database),
@@ -207,7 +214,11 @@ async def open_services(
                 max_input_chars=settings.max_input_chars,
             ),
             compression=CompressionService(
-                database=database, agents=registry, workdirs=workdirs, pressure=PressureService(database)
+                database=database,
+                agents=registry,
+                workdirs=workdirs,
+                pressure=PressureService(database),
+                pruner=pruner,
             ),
             compression_history=CompressionHistoryService(database=database, agents=registry),
             auth_throttle=throttle,
