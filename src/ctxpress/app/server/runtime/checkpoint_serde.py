@@ -22,6 +22,12 @@ lists, tuples copied) around the same leaf objects: the messages themselves are 
 reads. That is safe as long as nothing changes a stored message in place -- LangGraph's reducers
 and ctxpress build new lists and new messages (``add_messages`` only sets the id of a message
 that has none, and every stored message has one).
+
+Writing reuses them too: a message that came out of a kept payload is written back as the bytes it
+was read from (the same object, so the same fields) instead of being dumped and packed again -- on
+SQLite every checkpoint write stores the whole message list, so the manual compression's state
+update would otherwise re-encode the thousand messages it just read. Everything else is written by
+LangGraph's own encoder (its ``default`` hook and options).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Any, Final
 
 import ormsgpack
 from langchain_core import messages as lc_messages
+from langgraph.checkpoint.serde import jsonplus
 from langgraph.checkpoint.serde.jsonplus import EXT_PYDANTIC_V2, JsonPlusSerializer
 
 __all__ = ["MESSAGE_CLASSES", "CheckpointSerializer"]
@@ -64,8 +71,25 @@ class CheckpointSerializer(JsonPlusSerializer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._decoded: OrderedDict[bytes, Any] = OrderedDict()
+        #: payload digest -> (decoded value, ids of the messages decoded from it)
+        self._decoded: OrderedDict[bytes, tuple[Any, list[int]]] = OrderedDict()
+        #: id of a message decoded from a kept payload -> (the message, the bytes it was read from)
+        self._encoded: dict[int, tuple[lc_messages.BaseMessage, bytes]] = {}
         self._decoded_lock = threading.Lock()
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        if obj is None or isinstance(obj, bytes | bytearray):
+            return super().dumps_typed(obj)
+        try:
+            return "msgpack", ormsgpack.packb(obj, default=self._encode_default, option=jsonplus._option)
+        except ormsgpack.MsgpackEncodeError:
+            return super().dumps_typed(obj)  # LangGraph's own fallbacks (and its error)
+
+    def _encode_default(self, obj: Any) -> Any:
+        kept = self._encoded.get(id(obj))
+        if kept is not None and kept[0] is obj:
+            return ormsgpack.Ext(EXT_PYDANTIC_V2, kept[1])
+        return jsonplus._msgpack_default(obj)
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
         kind, payload = data
@@ -75,32 +99,45 @@ class CheckpointSerializer(JsonPlusSerializer):
             return self._unpack(payload)
         key = hashlib.blake2b(payload, digest_size=32).digest()
         with self._decoded_lock:
-            found = self._decoded.get(key, _MISSING)
-            if found is not _MISSING:
+            entry = self._decoded.get(key)
+            if entry is not None:
                 self._decoded.move_to_end(key)
-        if found is _MISSING:
-            found = self._unpack(payload)
+        if entry is None:
+            read: list[tuple[lc_messages.BaseMessage, bytes]] = []
+            entry = (self._unpack(payload, read), [id(message) for message, _ in read])
             with self._decoded_lock:
-                self._decoded[key] = found
+                self._decoded[key] = entry
+                self._encoded.update((id(message), (message, data)) for message, data in read)
                 while len(self._decoded) > DECODED_CACHE_SIZE:
-                    self._decoded.popitem(last=False)
-        return fresh_containers(found)
+                    _, (_, ids) = self._decoded.popitem(last=False)
+                    for message_id in ids:
+                        self._encoded.pop(message_id, None)
+        return fresh_containers(entry[0])
 
-    def _unpack(self, payload: bytes) -> Any:
-        return ormsgpack.unpackb(payload, ext_hook=self._ext_hook, option=_OPTIONS)
+    def _unpack(self, payload: bytes, read: list[tuple[lc_messages.BaseMessage, bytes]] | None = None) -> Any:
+        """Decode `payload`; each message rebuilt goes into `read` with the bytes it came from."""
 
-    def _ext_hook(self, code: int, data: bytes) -> Any:
+        def ext_hook(code: int, data: bytes) -> Any:
+            return self._ext_hook(code, data, read)
+
+        return ormsgpack.unpackb(payload, ext_hook=ext_hook, option=_OPTIONS)
+
+    def _ext_hook(
+        self, code: int, data: bytes, read: list[tuple[lc_messages.BaseMessage, bytes]] | None = None
+    ) -> Any:
         if code == EXT_PYDANTIC_V2:
-            stored = ormsgpack.unpackb(data, ext_hook=self._ext_hook, option=_OPTIONS)
+            stored = ormsgpack.unpackb(
+                data, ext_hook=lambda c, d: self._ext_hook(c, d, read), option=_OPTIONS
+            )
             if isinstance(stored, list | tuple) and len(stored) >= 3 and isinstance(stored[2], dict):
                 message_class = MESSAGE_CLASSES.get((stored[0], stored[1]))
                 if message_class is not None:
-                    return message_class.model_construct(**stored[2])
+                    message = message_class.model_construct(**stored[2])
+                    if read is not None:
+                        read.append((message, data))
+                    return message
         # Anything else, with LangGraph's allowlist and fallbacks (it decodes `data` itself).
         return self._unpack_ext_hook(code, data)
-
-
-_MISSING: Final = object()
 
 
 def fresh_containers(value: Any) -> Any:
