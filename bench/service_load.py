@@ -1187,23 +1187,23 @@ def compression_miss(results: Sequence[CompressionResult], thread_messages: int)
         "compressing (the compression work itself is the few ms above). Per call the state read "
         "(`aget_state`) and the state update (`aupdate_state`, which writes the new "
         f"`_summarization_event`) read the ~{thread_messages:,}-message checkpoint from the database and "
-        f"write a new one ({per_backend}; medians). Every read decodes all the thread's messages into "
-        "LangChain message objects, and on SQLite every write serialises the whole message list again: "
-        "`AsyncSqliteSaver.aput` stores every channel's value inside each checkpoint, while the PostgreSQL "
-        "saver writes only the changed channel's blob. So the cost follows the thread's length, not what "
-        "is summarised: the calls that summarise a single turn (4 messages) make the p50 above "
-        "(`--profile` prints the functions). What would fix it: "
+        f"write a new one ({per_backend}; medians). The serializer keeps its last decoded large "
+        "payloads (`runtime/checkpoint_serde.py`): a checkpoint the run's end has already read is not "
+        "decoded again, and its messages are written back as the bytes they were read from. What is left "
+        "follows the thread's length, not what is summarised (the calls that summarise a single turn, 4 "
+        "messages, make the p50 above; `--profile` prints the functions): on PostgreSQL fetching the "
+        "~1.4 MB blob of the `messages` channel from the database; on SQLite storing a new ~1.5 MB "
+        "checkpoint row, because `AsyncSqliteSaver.aput` stores every channel's value inside each "
+        "checkpoint. What would fix it: "
         + (
             "read the checkpoint once per call (`aupdate_state` reads the checkpoint `aget_state` has just "
             "read again); "
             if twice
             else ""
         )
-        + "make a checkpoint read cheaper -- it decodes every message of the thread although only those "
-        "after the last cutoff are summarised (e.g. keep decoded messages across reads of the same "
-        "checkpoint, or decode the messages channel lazily); and on SQLite a saver that keeps channel "
-        "values in separate blobs, as the PostgreSQL saver does, so that writing `_summarization_event` "
-        "does not rewrite the messages."
+        + "on SQLite a saver that keeps channel values in separate blobs, as the PostgreSQL saver does, "
+        "so that writing `_summarization_event` does not rewrite the messages; on both, a read that "
+        "does not fetch an unchanged messages blob again."
     )
 
 

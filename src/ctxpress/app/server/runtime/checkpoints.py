@@ -42,7 +42,7 @@ from ctxpress.app.server.settings import DatabaseTarget
 
 POSTGRES_POOL_MAX_SIZE = 10
 #: The SQLite write-ahead log is cut back to this size after each checkpoint of it (bytes); a prune
-#: empties it (`checkpoint_rows.SqliteCheckpointRows.reclaim_space`).
+#: that finds it larger empties it (`checkpoint_rows.SqliteCheckpointRows.reclaim_space`).
 SQLITE_JOURNAL_SIZE_LIMIT = 4 * 1024 * 1024
 
 _ReadKey = tuple[str, str, str | None]

@@ -46,6 +46,7 @@ from ctxpress.app.server.knowledge import open_knowledge_base
 from ctxpress.app.server.metrics import ServiceMetrics
 from ctxpress.app.server.runtime.agents import AgentRegistry
 from ctxpress.app.server.runtime.auth_throttle import AuthThrottle, auth_throttle
+from ctxpress.app.server.runtime.checkpoint_pruning import BackgroundPruner
 from ctxpress.app.server.runtime.checkpoints import open_checkpointer
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.execution import RunExecutor
@@ -77,6 +78,8 @@ class Services:
     settings: Settings
     database: Database
     checkpointer: BaseCheckpointSaver[Any]
+    #: Prunes a thread's checkpoints after a manual compression, off its answer's path.
+    pruner: BackgroundPruner
     workdirs: ConversationWorkdirs
     agents: AgentRegistry
     auth: AuthService
@@ -209,10 +212,14 @@ async def open_services(
             metrics=metrics,
         )
         bus.on_cancel(worker.cancel_local)
+        pruner = BackgroundPruner(database, checkpointer, on_released=worker.nudge)
+        # Runs after the worker stops (callbacks run last-in first-out), before the databases close.
+        stack.push_async_callback(pruner.wait)
         services = Services(
             settings=settings,
             database=database,
             checkpointer=checkpointer,
+            pruner=pruner,
             workdirs=workdirs,
             agents=registry,
             auth=AuthService(database),
@@ -229,7 +236,11 @@ async def open_services(
                 max_input_chars=settings.max_input_chars,
             ),
             compression=CompressionService(
-                database=database, agents=registry, workdirs=workdirs, pressure=PressureService(database)
+                database=database,
+                agents=registry,
+                workdirs=workdirs,
+                pressure=PressureService(database),
+                pruner=pruner,
             ),
             compression_history=CompressionHistoryService(database=database, agents=registry),
             auth_throttle=throttle,
