@@ -590,3 +590,5 @@ class VocabularyOut(BaseModel):
     compress_reasons: list[str]
     #: `trigger` of an item of `GET …/compressions`.
     compression_triggers: dict[str, str]
+    #: `response_metadata` key set on an assistant message the user stopped mid-reply (kept partial).
+    stopped_key: str

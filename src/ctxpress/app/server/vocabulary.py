@@ -19,6 +19,7 @@ from ctxpress.app.server.errors import ErrorCode
 from ctxpress.app.server.rendering import MAX_RENDER_CHARS
 from ctxpress.app.server.repositories.runs import BUSY_COMPRESSING, BusyReason
 from ctxpress.app.server.runtime import events as sse_events
+from ctxpress.app.server.runtime.partial_reply import STOPPED_KEY
 from ctxpress.app.server.schemas import VocabularyOut
 from ctxpress.app.server.usecases.compression import FAILURE_STATUS
 from ctxpress.app.server.usecases.compression_history import AUTOMATIC, MANUAL
@@ -79,4 +80,5 @@ def vocabulary() -> VocabularyOut:
         max_render_chars=MAX_RENDER_CHARS,
         compression_triggers={"AUTOMATIC": AUTOMATIC, "MANUAL": MANUAL},
         compress_reasons=list(NOTHING_TO_COMPRESS),
+        stopped_key=STOPPED_KEY,
     )

@@ -42,6 +42,7 @@ from ctxpress.app.server.runtime.checkpoint_pruning import prune_quietly
 from ctxpress.app.server.runtime.delta_stream import DeltaStream
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.locks import conversation_lock
+from ctxpress.app.server.runtime.partial_reply import PartialReply
 from ctxpress.app.server.runtime.pressure_recording import record_pressure_event
 from ctxpress.app.server.runtime.stream_mapping import (
     MappedItem,
@@ -151,10 +152,11 @@ class RunExecutor:
             max_chars=self.delta_max_chars,
             created_at_monotonic=time.monotonic() - waited,
         )
+        partial = PartialReply()
         try:
             with self.events.durable_ids_of(run.id, deltas.note_durable):
                 try:
-                    outcome = await self._stream(run, runtime, config, collector, deltas)
+                    outcome = await self._stream(run, runtime, config, collector, deltas, partial)
                 finally:
                     deltas.close()
         except asyncio.CancelledError:
@@ -169,6 +171,10 @@ class RunExecutor:
                 return
             if active.stop_reason == "cancelled":
                 outcome = Outcome(RUN_CANCELLED)
+                try:
+                    await self._keep_partial(run, runtime, partial)
+                except Exception:
+                    logger.exception("run %s: the stopped reply could not be kept", run.id)
             else:
                 outcome = Outcome(RUN_FAILED, SERVICE_STOPPED_ERROR)
         except Exception as exc:
@@ -187,6 +193,7 @@ class RunExecutor:
         config: RunnableConfig,
         collector: UsageCollector,
         deltas: DeltaStream,
+        partial: PartialReply,
     ) -> Outcome:
         mapper = StreamMapper(tool_result_preview_chars=self.tool_result_preview_chars)
         graph_input = await self._start(run, runtime, mapper)
@@ -199,9 +206,12 @@ class RunExecutor:
             for item in mapper.map(tuple(namespace), str(mode), data):
                 if isinstance(item, OutgoingEvent) and item.type == events.MESSAGE_DELTA:
                     deltas.add(item.data)  # live only, coalesced
+                    partial.add(item.data)
                     continue
                 if isinstance(item, OutgoingEvent) and item.type == events.CONTEXT_COMPRESSION:
                     self._observe_compression(item.data, compression_started)
+                if isinstance(item, RecordedMessage):
+                    partial.settled(item.message.id)
                 stored.append(item)
             # A node's messages and its model call's usage (after them) in one transaction.
             drafts = collector.drain() if mode == "updates" else []
@@ -211,6 +221,24 @@ class RunExecutor:
         state = await runtime.graph.aget_state(thread_config(run.conversation_id))
         interrupts = [{"id": pending.id, "value": to_jsonable(pending.value)} for pending in state.interrupts]
         return Outcome(RUN_WAITING_INPUT, interrupts=interrupts) if interrupts else Outcome(RUN_SUCCEEDED)
+
+    async def _keep_partial(self, run: Run, runtime: AgentRuntime, partial: PartialReply) -> None:
+        """The reply the user stopped: into the checkpoint (as the node that streamed it) and the
+        chat record with its `message` event, so both hold the same text (`partial_reply`)."""
+        stopped = partial.stopped_message()
+        if stopped is None:
+            return
+        node, message = stopped
+        config = thread_config(run.conversation_id)
+        await runtime.graph.aupdate_state(config, {"messages": [message]}, as_node=node)
+        mapper = StreamMapper(tool_result_preview_chars=self.tool_result_preview_chars)
+        announced = [
+            OutgoingEvent(event.type, {**event.data, "stopped": True})
+            if event.type == events.MESSAGE
+            else event
+            for event in mapper.message_events(message, node=node)
+        ]
+        await self._store(run, [RecordedMessage(message, announced)], [])
 
     def _observe_compression(self, data: dict[str, Any], started: dict[str, float]) -> None:
         self.metrics.compression_event(data)

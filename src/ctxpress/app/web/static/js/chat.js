@@ -285,7 +285,9 @@ export class Chat {
       shown = this.addUserBubble(entry, message.content);
     } else if (message.role === "assistant" || message.role === "ai") {
       if (message.content && !isSummaryText(message.content)) {
-        shown = this.addAssistantBubble(entry, message.content, message.html ?? null).parentElement;
+        const body = this.addAssistantBubble(entry, message.content, message.html ?? null);
+        if (data.response_metadata?.[VOCABULARY.stopped_key]) markBubbleStopped(body);
+        shown = body.parentElement;
       }
       for (const call of data.tool_calls || []) {
         const item = this.addToolCall(entry, call.id, call.name, call.args);
@@ -353,13 +355,14 @@ export class Chat {
   markStopped(entry) {
     const partial = [...entry.container.querySelectorAll(".msg-assistant.streaming")];
     for (const bubble of partial) {
-      bubble.classList.remove("streaming");
-      bubble.classList.add("stopped");
       const body = bubble.querySelector(".msg-text");
-      bubble.insertBefore(h("p", { class: "badge badge-stopped" }, t("replyStopped")), body.nextSibling);
+      markBubbleStopped(body);
       for (const [id, streaming] of this.streaming) if (streaming === body) this.streaming.delete(id);
     }
-    if (!partial.length) this.addNote(entry, t("runCancelled"), "muted", false);
+    // The service keeps the partial reply (its `message` event says `stopped`): no extra note then.
+    if (!partial.length && !entry.container.querySelector(".msg-assistant.stopped")) {
+      this.addNote(entry, t("runCancelled"), "muted", false);
+    }
   }
 
   onDelta(entry, data) {
@@ -394,9 +397,12 @@ export class Chat {
         showMarkdown(body, text, null);
         clampLong(body);
         this.renderFinished(body, text);
+        if (data.stopped) markBubbleStopped(body);
       } else body.parentElement.remove();
     } else if (visible) {
-      this.renderFinished(this.addAssistantBubble(entry, text), text);
+      const shown = this.addAssistantBubble(entry, text);
+      this.renderFinished(shown, text);
+      if (data.stopped) markBubbleStopped(shown);
     }
   }
 
@@ -653,4 +659,13 @@ function compactArgs(args) {
 
 function cssId(value) {
   return String(value).replace(/[^A-Za-z0-9_-]/g, "_");
+}
+
+/** A reply the user stopped: marked "stopped · incomplete" (once), live or after a reload. */
+function markBubbleStopped(body) {
+  const bubble = body.parentElement;
+  bubble.classList.remove("streaming");
+  if (bubble.classList.contains("stopped")) return;
+  bubble.classList.add("stopped");
+  bubble.insertBefore(h("p", { class: "badge badge-stopped" }, t("replyStopped")), body.nextSibling);
 }
