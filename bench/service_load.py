@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 
@@ -214,6 +215,8 @@ class LoadResult:
     lost: int = 0
     stream_mismatch: int = 0
     problems: list[str] = field(default_factory=list)
+    #: PostgreSQL only: committed + rolled-back transactions of the database during the load.
+    sql_transactions: int | None = None
 
     @property
     def errors(self) -> int:
@@ -259,9 +262,9 @@ def _on_event(turn: Turn, event_type: str, data: str, elapsed: float) -> None:
 
 async def follow_run(client: httpx.AsyncClient, turn: Turn, started: float) -> None:
     """Read the run's SSE stream until the server ends it; reconnect with Last-Event-ID if it breaks."""
-    last_id: int | None = None
+    last_id: str | None = None
     for _attempt in range(STREAM_ATTEMPTS):
-        headers = {"Last-Event-ID": str(last_id)} if last_id is not None else {}
+        headers = {"Last-Event-ID": last_id} if last_id is not None else {}
         try:
             async with client.stream("GET", f"/api/runs/{turn.run_id}/events", headers=headers) as response:
                 if response.status_code != 200:
@@ -271,7 +274,7 @@ async def follow_run(client: httpx.AsyncClient, turn: Turn, started: float) -> N
                 async for line in response.aiter_lines():
                     if line == "":
                         if "event" in fields:
-                            last_id = int(fields["id"])
+                            last_id = fields["id"]
                             elapsed = time.perf_counter() - started
                             _on_event(turn, fields["event"], fields.get("data", "{}"), elapsed)
                         fields = {}
@@ -361,6 +364,20 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def transaction_count(database_url: str | None) -> int | None:
+    """PostgreSQL's count of the database's transactions so far (`pg_stat_database`); None on SQLite.
+
+    The statistics are flushed by each backend when it goes idle (at most a second late): wait first."""
+    if not database_url:
+        return None
+    time.sleep(1.5)
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else None
+
+
 async def drive_load(
     service: ServiceProcess, token: str, sizes: Sizes, backend: str, agent: str
 ) -> LoadResult:
@@ -395,6 +412,7 @@ async def drive_load(
             asyncio.create_task(drive_conversation(client, conversation_id, turns, start))
             for client, conversation_id, turns in zip(clients[:-1], conversation_ids, plan, strict=True)
         ]
+        transactions = transaction_count(service.settings.database_url)
         cpu = process_cpu_s(pid), time.process_time()
         started = time.perf_counter()
         start.set()
@@ -402,6 +420,11 @@ async def drive_load(
             await asyncio.wait_for(asyncio.gather(*tasks), LOAD_BUDGET_S)
         elapsed = time.perf_counter() - started
         result = LoadResult(backend, agent, sizes.conversations * sizes.turns, [], elapsed)
+        if transactions is not None:
+            # The statistics read itself is one transaction of this database, too.
+            result.sql_transactions = (
+                (transaction_count(service.settings.database_url) or 0) - transactions - 1
+            )
         result.service_cpu_s = process_cpu_s(pid) - cpu[0]
         result.client_cpu_s = time.process_time() - cpu[1]
         for turns in plan:
@@ -435,7 +458,10 @@ def load_phase(backend: str, agent: str, sizes: Sizes, scratch: Path, profile: b
         if agent == PEER:
             command += ["--agents", str(peer_agents_file(root / "agents.toml"))]
         token = create_user(settings, "bench")
-        with running_service(settings, root, command) as service:
+        # The load's conversations all belong to one user: lift the per-user share of the slots (a
+        # fairness limit between users, default 4) to the process's slots.
+        fairness_off = {"CTXPRESS_MAX_RUNS_PER_USER": str(Settings().max_concurrent_runs)}
+        with running_service(settings, root, command, fairness_off) as service:
             result = asyncio.run(drive_load(service, token, sizes, backend, agent))
     print(
         f"  {backend:<10} {agent:<13} {len(result.finished)}/{result.planned} turns in {result.elapsed_s:.1f} s, "
@@ -719,6 +745,9 @@ def load_table(results: Sequence[LoadResult]) -> list[str]:
                 f"{sum(t.events for t in result.turns) / max(1, len(result.turns)):.0f}",
                 f"{100 * result.service_cpu_s / result.elapsed_s:.0f}% / {100 * result.client_cpu_s / result.elapsed_s:.0f}%",
                 f"{1e3 * result.service_cpu_s / max(1, len(turns)):.0f}",
+                "–"
+                if result.sql_transactions is None
+                else f"{result.sql_transactions / max(1, len(turns)):.1f}",
                 str(result.errors),
                 str(result.lost),
                 str(result.stream_mismatch),
@@ -739,6 +768,7 @@ def load_table(results: Sequence[LoadResult]) -> list[str]:
             "events per turn",
             "CPU service / load generator (% of one core)",
             "service CPU ms per turn",
+            "SQL transactions per turn (PostgreSQL)",
             "errors",
             "lost messages",
             "SSE ≠ record",
@@ -1157,23 +1187,23 @@ def compression_miss(results: Sequence[CompressionResult], thread_messages: int)
         "compressing (the compression work itself is the few ms above). Per call the state read "
         "(`aget_state`) and the state update (`aupdate_state`, which writes the new "
         f"`_summarization_event`) read the ~{thread_messages:,}-message checkpoint from the database and "
-        f"write a new one ({per_backend}; medians). Every read decodes all the thread's messages into "
-        "LangChain message objects, and on SQLite every write serialises the whole message list again: "
-        "`AsyncSqliteSaver.aput` stores every channel's value inside each checkpoint, while the PostgreSQL "
-        "saver writes only the changed channel's blob. So the cost follows the thread's length, not what "
-        "is summarised: the calls that summarise a single turn (4 messages) make the p50 above "
-        "(`--profile` prints the functions). What would fix it: "
+        f"write a new one ({per_backend}; medians). The serializer keeps its last decoded large "
+        "payloads (`runtime/checkpoint_serde.py`): a checkpoint the run's end has already read is not "
+        "decoded again, and its messages are written back as the bytes they were read from. What is left "
+        "follows the thread's length, not what is summarised (the calls that summarise a single turn, 4 "
+        "messages, make the p50 above; `--profile` prints the functions): on PostgreSQL fetching the "
+        "~1.4 MB blob of the `messages` channel from the database; on SQLite storing a new ~1.5 MB "
+        "checkpoint row, because `AsyncSqliteSaver.aput` stores every channel's value inside each "
+        "checkpoint. What would fix it: "
         + (
             "read the checkpoint once per call (`aupdate_state` reads the checkpoint `aget_state` has just "
             "read again); "
             if twice
             else ""
         )
-        + "make a checkpoint read cheaper -- it decodes every message of the thread although only those "
-        "after the last cutoff are summarised (e.g. keep decoded messages across reads of the same "
-        "checkpoint, or decode the messages channel lazily); and on SQLite a saver that keeps channel "
-        "values in separate blobs, as the PostgreSQL saver does, so that writing `_summarization_event` "
-        "does not rewrite the messages."
+        + "on SQLite a saver that keeps channel values in separate blobs, as the PostgreSQL saver does, "
+        "so that writing `_summarization_event` does not rewrite the messages; on both, a read that "
+        "does not fetch an unchanged messages blob again."
     )
 
 

@@ -10,7 +10,8 @@ default agent (the built-in offline model over the knowledge base, default compr
   summary writer the default agent uses) with a stopwatch around each summary call;
 - each `CompressionService.compress` call (what `POST /api/conversations/{id}/compress` awaits) and
   its steps are timed: lock, state read, L1 view, summary call, history file, state update,
-  pressure record, release -- and, inside the state read and update, the checkpoint saver's own
+  pressure record, release (the checkpoint prune runs after the answer, in the background) -- and,
+  inside the state read and update, the checkpoint saver's own
   database reads and writes (counted: how often a call reads the checkpoint). The steps are wrapped where `compression.py` and `manual.py` look them
   up (their module globals, the graph class), so the engine modules stay untouched.
 
@@ -149,7 +150,6 @@ def instrument(timings_file: str, profile_file: str | None) -> None:
     wrap(CompiledStateGraph, "aget_state", lambda f: timed_async("state read (aget_state)", f))
     wrap(CompiledStateGraph, "aupdate_state", lambda f: timed_async("state update (aupdate_state)", f))
     wrap(PressureRepository, "invalidate", lambda f: timed_async("pressure record", f))
-    wrap(compression, "prune_quietly", lambda f: timed_async("checkpoint prune", f))
     wrap(compression.CompressionService, "_claim", lambda f: timed_async("compressing mark", f))
     for saver in (AsyncSqliteSaver, AsyncPostgresSaver):  # LangGraph's savers, where the database is
         wrap(saver, "aget_tuple", lambda f: timed_async(CHECKPOINT_READ, f))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -146,3 +147,30 @@ def tool_call(name: str, args: dict[str, Any], call_id: str, text: str = "") -> 
     return AIMessage(
         content=text, tool_calls=[{"name": name, "args": args, "id": call_id, "type": "tool_call"}]
     )
+
+
+class PacedChatModel(ScriptedChatModel):
+    """`ScriptedChatModel` streaming with real timing: `chunk_seconds` between chunks and, when
+    `pause_gate` is given, a stop after `pause_after_chunks` chunks until the gate opens (a run held
+    mid-message, half of its text streamed)."""
+
+    chunk_seconds: float = 0.0
+    pause_after_chunks: int = 0
+    pause_gate: threading.Event | None = None
+    #: Set when the stream reaches the pause (the test then knows half the text went out).
+    paused: threading.Event = Field(default_factory=threading.Event)
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        for index, chunk in enumerate(super()._stream(messages, stop, run_manager, **kwargs)):
+            if self.pause_gate is not None and index == self.pause_after_chunks:
+                self.paused.set()
+                assert self.pause_gate.wait(timeout=60), "the test never opened the pause gate"
+            if self.chunk_seconds:
+                time.sleep(self.chunk_seconds)
+            yield chunk

@@ -3,7 +3,7 @@
 Settings come from `CTXPRESS_*` environment variables (data dir, database URL, lease, poll). The
 agent is the reliability suite's knowledge-base agent with scripted models (`CTXPRESS_TEST_AGENT=chat`:
 a terse chat agent without tools, for the races; `=plain`: one `fetch_report` per message, no
-compression). With `CTXPRESS_TEST_LOCK_TRACE=<file>` every hold
+compression; `=paced`: one long answer streamed with real timing, for the live-event tests). With `CTXPRESS_TEST_LOCK_TRACE=<file>` every hold
 of a conversation lock appends `enter` (once held) and `exit` (before release) lines to that file
 with O_APPEND, so the holds of several processes land in one file in real-time order. The test steers where
 the process stops by creating `CONTROL_DIR/arm-<point>`; on reaching an armed point the process
@@ -46,7 +46,7 @@ from ctxpress.app.server.app import create_app
 from ctxpress.app.server.settings import Settings
 from ctxpress.summary.event import is_summary_message
 from ctxpress.workdir import LocalWorkdir
-from tests.fakes import ScriptedChatModel
+from tests.fakes import PacedChatModel, ScriptedChatModel
 from tests.server.fakes import new_call_id, report_text, report_tool_script
 
 from .support import COMPRESSION
@@ -132,7 +132,31 @@ def chat_script(messages: Sequence[BaseMessage]) -> AIMessage:
     return AIMessage("好")
 
 
+#: The `paced` agent's answer: 6-character chunks, `CTXPRESS_TEST_CHUNKS` of them.
+PACED_SENTENCE = "流式文本片段。"
+
+
+def paced_answer_text(chunks: int) -> str:
+    return "".join(f"{index:04d}{PACED_SENTENCE}"[:6] for index in range(chunks))
+
+
+def paced_script(messages: Sequence[BaseMessage]) -> AIMessage:
+    return AIMessage(paced_answer_text(int(os.environ.get("CTXPRESS_TEST_CHUNKS", "40"))))
+
+
 def agent() -> AgentDefinition:
+    if os.environ.get("CTXPRESS_TEST_AGENT") == "paced":
+        # Streams with real timing: CTXPRESS_TEST_CHUNK_SECONDS between 6-character chunks.
+        seconds = float(os.environ.get("CTXPRESS_TEST_CHUNK_SECONDS", "0.05"))
+        return AgentDefinition(
+            name="kb",
+            default=True,
+            model=ModelSpec(
+                model=PacedChatModel(script=paced_script, model_name="main", chunk_seconds=seconds)
+            ),
+            tools=(),
+            capabilities=(),
+        )
     if os.environ.get("CTXPRESS_TEST_AGENT") == "plain":
         return AgentDefinition(
             name="kb",

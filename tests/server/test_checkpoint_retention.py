@@ -13,7 +13,10 @@ from pathlib import Path
 import httpx
 
 from ctxpress.app.server.repositories.checkpoint_rows import ThreadStorage
-from ctxpress.app.server.runtime.checkpoint_pruning import thread_storage
+from ctxpress.app.server.runtime.agents import thread_config
+from ctxpress.app.server.runtime.checkpoint_pruning import SQLITE_RECLAIM_MIN_FREE_PAGES, thread_storage
+from ctxpress.app.server.runtime.checkpoints import SQLITE_JOURNAL_SIZE_LIMIT
+from ctxpress.app.server.runtime.locks import conversation_lock
 from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
 from ctxpress.app.testing.live_server import LiveServer
 
@@ -27,6 +30,8 @@ MAX_GROWTH_ON_DOUBLING = 2.2
 LONG_TURNS = 200
 #: The SQLite file's own pages (schema, indexes, the shared-memory index of the log).
 FILE_OVERHEAD_BYTES = 256 * 1024
+#: SQLite's default page size (the service does not change it).
+SQLITE_PAGE_BYTES = 4096
 
 
 def storage(server: LiveServer, conversation_id: str) -> ThreadStorage:
@@ -60,7 +65,8 @@ def test_runs_and_compression_keep_one_checkpoint_and_continue(start_server: Ser
     assert wait_for_status(alice, run_id, {"succeeded"})["status"] == "succeeded"
     assert chat.requests[-1][-1].text == "蓝色", "the resumed run answered the question it asked"
 
-    # Manual compression reads the kept checkpoint, writes a new one, and prunes again.
+    # Manual compression reads the kept checkpoint, writes a new one, and prunes again (after its
+    # answer, in the background).
     before = alice.get(f"/api/conversations/{conversation_id}/state").json()["values"]["messages"]
     compressed = alice.post(f"/api/conversations/{conversation_id}/compress")
     assert compressed.status_code == 200 and compressed.json()["compressed"] is True, compressed.text
@@ -68,11 +74,40 @@ def test_runs_and_compression_keep_one_checkpoint_and_continue(start_server: Ser
     assert state["values"]["messages"] == before, "pruning lost no message of the state"
     assert state["values"]["_summarization_event"]["summary_count"] == 1
     assert state["checkpoint_id"] == compressed.json()["checkpoint_id"]
+    server.call(server.services.pruner.wait())
     assert storage(server, conversation_id).checkpoints == 1
 
     # The next run starts from the compressed state.
     talk(alice, conversation_id, ["压缩之后的问题"])
     assert chat.requests[-1][1].text.startswith(compressed.json()["summary"][:10])
+    assert storage(server, conversation_id).checkpoints == 1
+
+
+def test_background_prune_never_runs_while_the_lock_is_held(start_server: ServerFactory) -> None:
+    """The prune after a manual compression runs off the answer's path and takes the conversation's
+    lock only if it is free (S18): while someone holds it, nothing is deleted; once it is free, the
+    thread is pruned to its latest checkpoint."""
+    server = start_server(agents=[kb_agent(chat=Chat())])
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+    talk(alice, conversation_id, TURNS[:1])
+    runtime = server.services.agents.get("kb")
+    assert runtime is not None
+    # A second checkpoint, written as manual compression writes its own.
+    server.call(runtime.graph.aupdate_state(thread_config(conversation_id), {"messages": []}))
+    assert storage(server, conversation_id).checkpoints == 2
+    pruner = server.services.pruner
+
+    async def prune_while_held() -> bool:
+        async with server.services.database.session() as session, conversation_lock(session, conversation_id):
+            return await pruner.prune_if_free(conversation_id)
+
+    assert server.call(prune_while_held()) is False
+    assert storage(server, conversation_id).checkpoints == 2, "pruned under someone else's lock"
+    assert server.call(pruner.prune_if_free(conversation_id)) is True
+    assert storage(server, conversation_id).checkpoints == 1
+    # The thread continues from what was kept.
+    talk(alice, conversation_id, ["剪枝之后的问题"])
     assert storage(server, conversation_id).checkpoints == 1
 
 
@@ -95,5 +130,7 @@ def test_storage_grows_linearly_over_200_turns(start_server: ServerFactory, back
         assert figure.total_bytes <= MAX_TOTAL_TO_LATEST * figure.latest_bytes, figure
     assert full.total_bytes <= MAX_GROWTH_ON_DOUBLING * half.total_bytes, (half, full)
     if backend == "sqlite":
-        # The file gives pruned pages back and the log is emptied: it stays near what is kept.
-        assert checkpoint_file_bytes(server) <= 2 * full.total_bytes + FILE_OVERHEAD_BYTES
+        # The file gives pruned pages back once enough are free, and the log is emptied once it
+        # passes its limit: the file stays near what is kept, plus those two constant allowances.
+        allowance = SQLITE_RECLAIM_MIN_FREE_PAGES * SQLITE_PAGE_BYTES + SQLITE_JOURNAL_SIZE_LIMIT
+        assert checkpoint_file_bytes(server) <= 2 * full.total_bytes + FILE_OVERHEAD_BYTES + allowance

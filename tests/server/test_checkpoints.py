@@ -57,6 +57,42 @@ def test_s1_every_real_message_decodes_exactly_as_langgraph_decodes_it(traces_di
     assert checked > 1000
 
 
+def _long_thread(count: int) -> dict[str, Any]:
+    messages: list[Any] = []
+    for index in range(count):
+        if index % 2:
+            messages.append(HumanMessage(f"问题 {index} " * 20, id=f"h{index}"))
+        else:
+            call = {"name": "query_kb", "args": {"q": index}, "id": f"c{index}"}
+            messages.append(AIMessage(f"answer {index} " * 10, id=f"a{index}", tool_calls=[call]))
+    return {"messages": messages, "_summarization_event": {"cutoff_index": 3, "summary": "s"}}
+
+
+def test_s1_a_reread_payload_is_shared_safely_and_written_back_unchanged() -> None:
+    """Reading the same large payload again gives equal values in fresh containers (changing one
+    read's lists or dicts changes no other read); a changed payload is decoded anew; writing back
+    what was read gives LangGraph's own bytes, and a message added or replaced is written too."""
+    serde, langgraph = CheckpointSerializer(), JsonPlusSerializer()
+    values = _long_thread(400)
+    stored = langgraph.dumps_typed(values)
+    first, second = serde.loads_typed(stored), serde.loads_typed(stored)
+    assert first == second == values
+    assert first is not second and first["messages"] is not second["messages"]
+    first["messages"].append(HumanMessage("only in the first read", id="extra"))
+    first["_summarization_event"]["cutoff_index"] = 99
+    third = serde.loads_typed(stored)
+    assert third == values, "a change to one read's containers reached a later read"
+    assert serde.dumps_typed(second) == stored
+    # The first read with its new message and changed event is written as LangGraph writes it.
+    assert serde.dumps_typed(first) == langgraph.dumps_typed(first)
+    assert langgraph.loads_typed(serde.dumps_typed(first)) == first
+    # A replaced message (same id, new content) is written with its new content.
+    replaced = dict(second, messages=[*second["messages"][:-1], HumanMessage("replaced", id="h399")])
+    assert langgraph.loads_typed(serde.dumps_typed(replaced))["messages"][-1].content == "replaced"
+    changed = langgraph.dumps_typed(_long_thread(401))
+    assert serde.loads_typed(changed) == _long_thread(401)
+
+
 def test_s1_other_values_still_decode_the_langgraph_way() -> None:
     standard, ours = JsonPlusSerializer(), CheckpointSerializer()
     value = {

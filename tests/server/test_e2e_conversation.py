@@ -43,8 +43,8 @@ def compression_agent() -> tuple[AgentDefinition, ScriptedChatModel]:
 
 
 def assert_stream_well_formed(events: list[SseEvent]) -> None:
-    ids = [event.id for event in events]
-    assert ids == sorted(ids) and len(set(ids)) == len(ids), "SSE ids must increase"
+    positions = [event.position for event in events]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions), "SSE ids must increase"
     assert events[0].type == "run_started"
     assert events[-1].type == "run_finished" and events[-1].data["status"] == "succeeded"
     position = {event.id: index for index, event in enumerate(events)}

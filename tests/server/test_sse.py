@@ -1,19 +1,48 @@
-"""SSE (S20, S21): `id:` on every event, replay from the stored events with `Last-Event-ID`."""
+"""SSE (S20, S21): `id:` on every event; durable events replayed from SQL, token deltas live only.
+
+Every test runs on SQLite and PostgreSQL, and with the in-process live bus and with Redis Streams
+(the real Redis on 127.0.0.1:6379, a key prefix of its own).
+"""
 
 from __future__ import annotations
 
-import json
+import logging
 import threading
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
 
+import httpx
+import pytest
 from langchain_core.messages import AIMessage, BaseMessage
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
-from ctxpress.app.testing.api import SseEvent, create_conversation, read_events, send, wait_for_status
-from tests.fakes import ScriptedChatModel
+from ctxpress.app.testing.api import (
+    SseEvent,
+    create_conversation,
+    iter_events,
+    read_events,
+    send,
+    wait_for_status,
+)
+from tests.fakes import PacedChatModel, ScriptedChatModel
 
 from .conftest import ServerFactory
 from .fakes import echo_script
+from .redis_bus import REDIS_URL, redis_prefix
+
+#: A long answer streamed in 6-character chunks: 40 chunks.
+LONG_ANSWER = "".join(f"第{index:02d}句流式文本。" for index in range(30))
+
+
+@pytest.fixture(params=["memory", "redis"])
+def bus(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """Settings of the live bus: none (in-process) or Redis with a prefix of its own."""
+    if request.param == "memory":
+        yield {}
+        return
+    with redis_prefix() as prefix:
+        yield {"redis_url": REDIS_URL, "redis_key_prefix": prefix}
 
 
 def echo_agent(gate: threading.Event | None = None) -> AgentDefinition:
@@ -25,55 +54,95 @@ def echo_agent(gate: threading.Event | None = None) -> AgentDefinition:
     )
 
 
-def test_replay_with_last_event_id(start_server: ServerFactory) -> None:
-    server = start_server(agents=[echo_agent()])
+def paced_agent(model: PacedChatModel) -> AgentDefinition:
+    return AgentDefinition(name="paced", model=ModelSpec(model=model), tools=(), capabilities=())
+
+
+def long_answer(messages: Sequence[BaseMessage]) -> AIMessage:
+    return AIMessage(LONG_ANSWER)
+
+
+def stored_assistant_texts(client: httpx.Client, conversation_id: str) -> list[str]:
+    page = client.get(f"/api/conversations/{conversation_id}/messages").json()
+    return [item["content"] for item in page["items"] if item["role"] == "assistant"]
+
+
+def delta_text(events: list[SseEvent]) -> str:
+    return "".join(event.data["delta"] for event in events if event.type == "message_delta")
+
+
+def test_replay_after_the_run_has_the_stored_events_only(
+    start_server: ServerFactory, bus: dict[str, Any]
+) -> None:
+    server = start_server(agents=[echo_agent()], **bus)
     alice = server.client(server.create_user("alice"))
     accepted = send(alice, create_conversation(alice), "一段足够长、会分成好几个片段流出来的回答")
-    everything = read_events(alice, accepted["run"]["id"])
+    run_id = accepted["run"]["id"]
+    wait_for_status(alice, run_id, {"succeeded"})
+    everything = read_events(alice, run_id)
     types = [event.type for event in everything]
     assert types[0] == "run_started" and types[-1] == "run_finished"
-    assert types.count("message_delta") > 2 and "message" in types and "usage" in types
-    deltas = "".join(event.data["delta"] for event in everything if event.type == "message_delta")
-    assert deltas == next(event.data["content"] for event in everything if event.type == "message")
+    # The deltas were live only: the finished run's replay has the complete message instead.
+    assert "message_delta" not in types and "message" in types and "usage" in types
+    assert all(not event.position.is_live for event in everything)
 
-    cut = everything[3].id
-    assert read_events(alice, accepted["run"]["id"], last_event_id=cut) == everything[4:]
-    by_query = alice.get(f"/api/runs/{accepted['run']['id']}/events", params={"after": cut})
-    assert by_query.status_code == 200 and by_query.text.count("\nevent: ") == len(everything) - 4
-    assert read_events(alice, accepted["run"]["id"], last_event_id=everything[-1].id) == []
+    cut = everything[1].id
+    assert read_events(alice, run_id, last_event_id=cut) == everything[2:]
+    by_query = alice.get(f"/api/runs/{run_id}/events", params={"after": cut})
+    assert by_query.status_code == 200 and by_query.text.count("\nevent: ") == len(everything) - 2
+    assert read_events(alice, run_id, last_event_id=everything[-1].id) == []
+    # A delta's id (after the last stored event) is a valid place to resume from, too.
+    assert read_events(alice, run_id, last_event_id=f"{everything[-1].id}-3") == []
 
-    bad = alice.get(f"/api/runs/{accepted['run']['id']}/events", headers={"Last-Event-ID": "yesterday"})
-    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_last_event_id"
+    for bad_id in ("yesterday", "4-", "-4", "4-2-1", "4.5"):
+        bad = alice.get(f"/api/runs/{run_id}/events", headers={"Last-Event-ID": bad_id})
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_last_event_id"
 
 
-def test_reconnect_during_a_live_run(start_server: ServerFactory) -> None:
+def test_reconnect_mid_run_gets_every_delta_once(start_server: ServerFactory, bus: dict[str, Any]) -> None:
+    """The client drops the stream half-way through the answer and resumes with Last-Event-ID:
+    the deltas it missed come from the live buffer, none twice, and their text is the stored message."""
     gate = threading.Event()
-    server = start_server(agents=[echo_agent(gate)])
+    model = PacedChatModel(script=long_answer, pause_after_chunks=20, pause_gate=gate)
+    server = start_server(agents=[paced_agent(model)], delta_max_chars=12, **bus)
     alice = server.client(server.create_user("alice"))
-    accepted = send(alice, create_conversation(alice), "断线重连")
-    run_id = accepted["run"]["id"]
+    conversation_id = create_conversation(alice)
+    run_id = send(alice, conversation_id, "讲长一点")["run"]["id"]
+    assert model.paused.wait(timeout=30)
 
-    # Read the first event of the live stream, then drop the connection.
-    seen: list[SseEvent] = []
+    first: list[SseEvent] = []
     with alice.stream("GET", f"/api/runs/{run_id}/events") as response:
-        fields: dict[str, str] = {}
-        for line in response.iter_lines():
-            if line == "" and "event" in fields:
-                seen.append(SseEvent(int(fields["id"]), fields["event"], json.loads(fields["data"])))
-                break
-            if line and not line.startswith(":"):
-                name, _, value = line.partition(": ")
-                fields[name] = value
-    assert [event.type for event in seen] == ["run_started"]
+        for event in iter_events(response):
+            first.append(event)
+            if len([e for e in first if e.type == "message_delta"]) == 3:
+                break  # the connection drops here
+    assert first[-1].position.is_live
 
+    rest: list[SseEvent] = []
+    with alice.stream(
+        "GET", f"/api/runs/{run_id}/events", headers={"Last-Event-ID": first[-1].id}
+    ) as response:
+        for event in iter_events(response):
+            rest.append(event)
+            if len(delta_text(first + rest)) >= 20 * 6 and not gate.is_set():
+                gate.set()  # everything streamed so far has arrived: let the model finish
     gate.set()
-    rest = read_events(alice, run_id, last_event_id=seen[-1].id)
-    assert rest[0].id > seen[-1].id and rest[-1].type == "run_finished"
-    assert wait_for_status(alice, run_id, {"succeeded"})
-    assert [*seen, *rest] == read_events(alice, run_id)
+
+    everything = first + rest
+    positions = [event.position for event in everything]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    assert rest[-1].type == "run_finished" and rest[-1].data["status"] == "succeeded"
+    message = next(event.data["content"] for event in everything if event.type == "message")
+    assert delta_text(everything) == message == LONG_ANSWER
+    assert stored_assistant_texts(alice, conversation_id) == [LONG_ANSWER]
+    # Deltas are coalesced: fewer events than the model's 40 chunks, none over the size limit.
+    deltas = [event for event in everything if event.type == "message_delta"]
+    assert len(deltas) < 40 and all(len(event.data["delta"]) <= 12 + 6 for event in deltas)
 
 
-def test_a_failing_model_ends_the_run_with_an_error_event(start_server: ServerFactory) -> None:
+def test_a_failing_model_ends_the_run_with_an_error_event(
+    start_server: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     def flaky(messages: Sequence[BaseMessage]) -> AIMessage:
         if "坏" in messages[-1].text:
             raise RuntimeError("upstream model returned 502")
@@ -85,10 +154,33 @@ def test_a_failing_model_ends_the_run_with_an_error_event(start_server: ServerFa
     server = start_server(agents=[agent])
     alice = server.client(server.create_user("alice"))
     conversation_id = create_conversation(alice)
-    failed = read_events(alice, send(alice, conversation_id, "坏请求")["run"]["id"])
+    caplog.set_level(logging.ERROR)
+    run_id = send(alice, conversation_id, "坏请求")["run"]["id"]
+    failed = read_events(alice, run_id)
     assert [event.type for event in failed][-2:] == ["error", "run_finished"]
+    # The log line names the run and its conversation.
+    assert f"[run={run_id} conversation={conversation_id}]" in caplog.text
     assert "upstream model returned 502" in failed[-2].data["message"]
     assert failed[-1].data["status"] == "failed"
     # The conversation is free again and the next message works.
     after = read_events(alice, send(alice, conversation_id, "好请求")["run"]["id"])
     assert after[-1].data["status"] == "succeeded"
+
+
+def test_no_sql_row_per_delta(start_server: ServerFactory) -> None:
+    """The stored events of a streamed answer: lifecycle, message, usage — not one row per token."""
+    model = PacedChatModel(script=long_answer)
+    server = start_server(agents=[paced_agent(model)], delta_max_chars=1)
+    alice = server.client(server.create_user("alice"))
+    run_id = send(alice, create_conversation(alice), "讲长一点")["run"]["id"]
+    live = read_events(alice, run_id)
+    assert delta_text(live) == LONG_ANSWER
+    stored = read_events(alice, run_id)
+    assert [event.type for event in stored] == ["run_started", "message", "usage", "run_finished"]
+
+
+def test_unknown_run_id_in_stream_is_404(start_server: ServerFactory) -> None:
+    server = start_server(agents=[echo_agent()])
+    alice = server.client(server.create_user("alice"))
+    response = alice.get(f"/api/runs/{uuid.uuid4().hex}/events")
+    assert response.status_code == 404

@@ -160,6 +160,8 @@ def test_page_modules(page: Page, web_service: WebService) -> None:
             frozen: Object.isFrozen(vocabulary.VOCABULARY.events),
             hidden: [chat.isSummaryText(vocabulary.VOCABULARY.summary_marker + ' 摘要'), chat.isSummaryText('摘要')],
             events,
+            later: [api.laterEventId('41', '41-7'), api.laterEventId('41-7', '42'),
+                    api.laterEventId('41-10', '41-9'), api.laterEventId('0', '3')],
           };
         }"""
     )
@@ -177,3 +179,5 @@ def test_page_modules(page: Page, web_service: WebService) -> None:
         {"event": "message_delta", "data": '{"delta":"你好"}', "id": "1"},
         {"event": "run_finished", "data": '{"status":\n"ok"}', "id": "2"},
     ]
+    # SSE ids: `41` (stored) < `41-7` (a live delta after it) < `42`; the page resumes from the later.
+    assert results["later"] == ["41-7", "42", "41-10", "3"]

@@ -1,6 +1,6 @@
 """What a chat page has (issue 20, items 6, 7, 9): replies rendered from Markdown by the service
 (sanitised), code blocks and messages with a copy button, a stop button while a reply streams (the
-partial reply stays, marked stopped), long user messages folded — on a desktop and on a phone."""
+partial reply stays, marked stopped, also after a reload), long user messages folded — on a desktop and on a phone."""
 
 from __future__ import annotations
 
@@ -86,6 +86,14 @@ def test_stop_keeps_the_partial_reply(page: Page, web_service: WebService, size:
     partial = reply.locator(".msg-text").inner_text()
     assert partial.startswith("第 1 段") and len(partial) < len(SLOW_REPLY.strip())
     expect(page.get_by_label("消息", exact=True)).to_be_focused()
+    # The service kept the partial reply, marked stopped: a reload shows it the same way, once.
+    page.reload()
+    expect(page.locator("#chat-log .msg-user")).to_have_count(1)
+    kept = page.locator("#chat-log .msg-assistant")
+    expect(kept).to_have_count(1)
+    expect(kept).to_have_class("msg msg-assistant stopped")
+    expect(kept.locator(".badge-stopped")).to_have_text("已停止 · 回复不完整")
+    assert kept.locator(".msg-text").inner_text() == partial
     # The conversation is usable again: the next message gets its whole reply.
     send(page, "现在写一个行程")
     wait_idle(page)

@@ -28,6 +28,7 @@ from ctxpress.app.server.errors import (
     ServiceError,
     error_for_status,
 )
+from ctxpress.app.server.log_context import install_run_context
 from ctxpress.app.server.log_redaction import install_log_redaction
 from ctxpress.app.server.routes import ROUTERS, web
 from ctxpress.app.server.runtime.container import open_services
@@ -46,6 +47,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         install_log_redaction()  # uvicorn's handlers exist by now
+        install_run_context()
         async with open_services(resolved, agents) as services:
             app.state.services = services
             yield

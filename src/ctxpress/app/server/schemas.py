@@ -253,7 +253,8 @@ class RunAccepted(BaseModel):
     queued: bool
     #: 1 = next to start, when queued.
     position: int | None
-    #: "running" | "waiting_input" | "queued" (the conversation is busy) or "workers_busy".
+    #: "running" | "waiting_input" | "queued" (the conversation is busy), "workers_busy" or
+    #: "user_run_limit" (the user's share of the slots is taken).
     queued_because: str | None
 
 
@@ -589,3 +590,5 @@ class VocabularyOut(BaseModel):
     compress_reasons: list[str]
     #: `trigger` of an item of `GET …/compressions`.
     compression_triggers: dict[str, str]
+    #: `response_metadata` key set on an assistant message the user stopped mid-reply (kept partial).
+    stopped_key: str

@@ -55,7 +55,16 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1_048_576, ge=1024, description="Largest accepted request body.")
     max_input_chars: int = Field(default=100_000, ge=1, description="Longest accepted user message.")
     max_concurrent_runs: int = Field(
-        default=4, ge=1, le=256, description="Runs executed at once per process."
+        default=16,
+        ge=1,
+        le=256,
+        description="Runs executed at once per process (a run mostly waits for its model: cheap to hold).",
+    )
+    max_runs_per_user: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="Of those, at most this many for one user; the user's further runs wait their turn.",
     )
     run_lease_seconds: float = Field(
         default=30.0, gt=0, description="A running run whose lease is not renewed for this long is failed."
@@ -86,11 +95,27 @@ class Settings(BaseSettings):
     )
     redis_url: str | None = Field(
         default=None,
-        description="Redis (redis://host:6379/0) for state every process shares: the failed-authentication "
-        "counts. Unset: each process counts alone.",
+        description="Redis (redis://host:6379/0) for what every process shares: live run events (Redis "
+        "Streams), cancel requests and the failed-authentication counts. Unset: live events stay in "
+        "this process (other processes' SSE clients see stored events by polling).",
     )
     redis_key_prefix: str = Field(
         default="ctxpress", min_length=1, max_length=64, description="Prefix of this service's Redis keys."
+    )
+    live_stream_maxlen: int = Field(
+        default=10_000,
+        ge=100,
+        description="Live events kept per run (in memory or `XADD MAXLEN ~`) for clients that resume.",
+    )
+    live_stream_ttl_seconds: int = Field(
+        default=3600, ge=10, description="A run's Redis stream expires this long after its last event."
+    )
+    delta_window_ms: float = Field(
+        default=50.0, ge=0, le=5000, description="Token deltas are joined for at most this long…"
+    )
+    delta_max_chars: int = Field(default=512, ge=1, description="…or until they reach this many characters.")
+    metrics_enabled: bool = Field(
+        default=False, description="Serve Prometheus metrics at GET /metrics (unauthenticated)."
     )
     tool_result_preview_chars: int = Field(
         default=4000,

@@ -19,10 +19,11 @@ from ctxpress.app.server.errors import ErrorCode
 from ctxpress.app.server.rendering import MAX_RENDER_CHARS
 from ctxpress.app.server.repositories.runs import BUSY_COMPRESSING, BusyReason
 from ctxpress.app.server.runtime import events as sse_events
+from ctxpress.app.server.runtime.partial_reply import STOPPED_KEY
 from ctxpress.app.server.schemas import VocabularyOut
 from ctxpress.app.server.usecases.compression import FAILURE_STATUS
 from ctxpress.app.server.usecases.compression_history import AUTOMATIC, MANUAL
-from ctxpress.app.server.usecases.runs import WORKERS_BUSY
+from ctxpress.app.server.usecases.runs import USER_RUN_LIMIT, WORKERS_BUSY
 from ctxpress.compaction.offload import LARGE_RESULTS_DIR
 from ctxpress.manual import NOTHING_TO_COMPRESS
 from ctxpress.middleware import EVENT_KEY
@@ -71,7 +72,7 @@ def vocabulary() -> VocabularyOut:
         busy_reasons=busy_reasons,
         busy_reason_names={reason.upper(): reason for reason in busy_reasons},
         # A run is never queued behind a compression: intake refuses it instead.
-        queued_reasons=[*(r for r in busy_reasons if r != BUSY_COMPRESSING), WORKERS_BUSY],
+        queued_reasons=[*(r for r in busy_reasons if r != BUSY_COMPRESSING), WORKERS_BUSY, USER_RUN_LIMIT],
         failed_parts=[str(part) for part in FAILURE_STATUS],
         summary_marker=SUMMARY_MARKER,
         summary_event_key=EVENT_KEY,
@@ -79,4 +80,5 @@ def vocabulary() -> VocabularyOut:
         max_render_chars=MAX_RENDER_CHARS,
         compression_triggers={"AUTOMATIC": AUTOMATIC, "MANUAL": MANUAL},
         compress_reasons=list(NOTHING_TO_COMPRESS),
+        stopped_key=STOPPED_KEY,
     )

@@ -4,38 +4,51 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from ctxpress.app.server.runtime.live_events import EventPosition
+
 
 @dataclass(frozen=True)
 class SseEvent:
-    id: int
+    #: The SSE `id:` (`41` for a stored event, `41-7` for a live `message_delta`).
+    id: str
     type: str
     data: dict[str, Any]
 
+    @property
+    def position(self) -> EventPosition:
+        position = EventPosition.parse(self.id)
+        assert position is not None, f"not an event id: {self.id!r}"
+        return position
+
+
+def iter_events(response: httpx.Response) -> Iterator[SseEvent]:
+    """The events of an open SSE response, as they arrive."""
+    fields: dict[str, str] = {}
+    for line in response.iter_lines():
+        if line == "":
+            if "event" in fields:
+                yield SseEvent(fields["id"], fields["event"], json.loads(fields["data"]))
+            fields = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            fields[name] = value[1:] if value.startswith(" ") else value
+
 
 def read_events(
-    client: httpx.Client, run_id: str, *, last_event_id: int | None = None, timeout: float = 60
+    client: httpx.Client, run_id: str, *, last_event_id: str | None = None, timeout: float = 60
 ) -> list[SseEvent]:
     """Read a run's SSE stream until the server ends it (run finished or waiting for input)."""
-    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
-    received: list[SseEvent] = []
+    headers = {"Last-Event-ID": last_event_id} if last_event_id is not None else {}
     with client.stream("GET", f"/api/runs/{run_id}/events", headers=headers, timeout=timeout) as response:
         assert response.status_code == 200, response.read()
         assert response.headers["content-type"].startswith("text/event-stream")
-        fields: dict[str, str] = {}
-        for line in response.iter_lines():
-            if line == "":
-                if "event" in fields:
-                    received.append(SseEvent(int(fields["id"]), fields["event"], json.loads(fields["data"])))
-                fields = {}
-            elif not line.startswith(":"):
-                name, _, value = line.partition(":")
-                fields[name] = value[1:] if value.startswith(" ") else value
-    return received
+        return list(iter_events(response))
 
 
 def wait_for_status(

@@ -9,6 +9,7 @@ again and reads sizes. The caller holds the saver's own lock (SQLite) or a poole
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import aiosqlite
@@ -76,13 +77,31 @@ class SqliteCheckpointRows:
             raise
         await self.conn.commit()
 
-    async def reclaim_space(self) -> None:
-        """Give the freed pages back to the file system (needs `auto_vacuum = INCREMENTAL`), and
-        move the write-ahead log into the file, emptying the log."""
-        # Each step of the statement frees one page, and `execute` steps a statement without rows
-        # once; `executescript` runs it to its end.
-        async with self.conn.executescript("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);"):
-            pass
+    async def reclaim_space(self, *, min_free_pages: int, max_log_bytes: int) -> None:
+        """Give the freed pages back to the file system (needs `auto_vacuum = INCREMENTAL`) once at
+        least `min_free_pages` are free, and empty the write-ahead log into the file once it is
+        larger than `max_log_bytes`. Below both, nothing: the next writes reuse the free pages, and
+        SQLite's automatic checkpoint keeps the log bounded without an fsync'd truncation per prune."""
+        if await _scalar(self.conn, "PRAGMA freelist_count") >= min_free_pages:
+            # Each step of the statement frees one page, and `execute` steps a statement without
+            # rows once; `executescript` runs it to its end.
+            async with self.conn.executescript("PRAGMA incremental_vacuum;"):
+                pass
+        if await self._log_bytes() > max_log_bytes:
+            async with self.conn.executescript("PRAGMA wal_checkpoint(TRUNCATE);"):
+                pass
+
+    async def _log_bytes(self) -> int:
+        """The size of the main database's write-ahead log file (0 for an in-memory database)."""
+        async with self.conn.execute("PRAGMA database_list") as cursor:
+            rows = await cursor.fetchall()
+        path = next((str(row[2]) for row in rows if row[1] == "main"), "")
+        if not path:
+            return 0
+        try:
+            return Path(path + "-wal").stat().st_size
+        except FileNotFoundError:
+            return 0
 
     async def prepare_file(self, *, journal_size_limit: int) -> None:
         """Before the saver's `setup()`: incremental auto-vacuum (a file made without it is rebuilt

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal
 
-from sqlalchemy import exists, func, select, update
+from sqlalchemy import exists, func, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -135,26 +136,35 @@ class RunRepository:
         )
         return (await self.session.execute(query)).scalar_one_or_none()
 
-    async def ready_conversation_ids(self, *, limit: int) -> list[str]:
-        """Conversations whose queue head can start: queued runs and nothing running or waiting.
+    async def ready_queue_heads(
+        self, *, limit: int, excluding_owners: Collection[str] = ()
+    ) -> list[tuple[str, str]]:
+        """(conversation id, owner id) of conversations whose queue head can start: queued runs and
+        nothing running or waiting, the longest waiting first; none of `excluding_owners`.
 
         A hint only (no lock): the claimer re-checks under the conversation lock.
         """
         active = aliased(Run)
         oldest_queued = func.min(Run.created_at)
         query = (
-            select(Run.conversation_id)
+            select(Run.conversation_id, Conversation.owner_id)
+            .join(Conversation, Conversation.id == Run.conversation_id)
             .where(
                 Run.status == RUN_QUEUED,
                 ~exists().where(
                     active.conversation_id == Run.conversation_id, active.status.in_(ACTIVE_RUN_STATUSES)
                 ),
             )
-            .group_by(Run.conversation_id)
+            .where(Conversation.owner_id.not_in(list(excluding_owners)) if excluding_owners else true())
+            .group_by(Run.conversation_id, Conversation.owner_id)
             .order_by(oldest_queued)
             .limit(limit)
         )
-        return list((await self.session.execute(query)).scalars())
+        return [(row[0], row[1]) for row in await self.session.execute(query)]
+
+    async def count_queued(self) -> int:
+        query = select(func.count()).select_from(Run).where(Run.status == RUN_QUEUED)
+        return int((await self.session.execute(query)).scalar_one())
 
     async def expired_lease_conversation_ids(self, now: datetime, *, limit: int) -> list[str]:
         query = (

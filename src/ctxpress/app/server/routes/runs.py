@@ -9,7 +9,8 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ctxpress.app.server.errors import InvalidLastEventIdError
 from ctxpress.app.server.routes.deps import AUTHENTICATED_RESPONSES, MAX_ROW_ID, ServicesDep, UserDep
-from ctxpress.app.server.runtime.events import EventLog
+from ctxpress.app.server.runtime.container import Services
+from ctxpress.app.server.runtime.live_events import POSITION_PATTERN, EventPosition
 from ctxpress.app.server.schemas import ErrorResponse, ResumeRunRequest, RunOut
 
 router = APIRouter(
@@ -57,8 +58,12 @@ async def run_events(
     services: ServicesDep,
     last_event_id: Annotated[str | None, Header(description="Resume after this event id")] = None,
     after: Annotated[
-        int | None,
-        Query(ge=0, le=MAX_ROW_ID, description="Same as Last-Event-ID, for clients without headers"),
+        str | None,
+        Query(
+            max_length=40,
+            pattern=POSITION_PATTERN,
+            description="Same as Last-Event-ID, for clients without headers",
+        ),
     ] = None,
 ) -> EventSourceResponse:
     """The run's events as SSE, each with an `id:`; reconnect with `Last-Event-ID` to continue.
@@ -66,22 +71,37 @@ async def run_events(
     Event types: run_queued, run_started, message_delta, message, tool_call, tool_result,
     context_compression, context_pressure, usage, interrupt, run_finished, error, custom (the list, by
     name: `GET /api/vocabulary`). The stream ends when the run finishes or waits for input.
+
+    Ids: every event but `message_delta` is stored, and its id is an integer (`41`).
+    `message_delta` events (token text, joined over ≤ 50 ms or ≤ 512 characters) are live only: their
+    id is `<stored id>-<n>` (`41-7`: the 7th delta of the run, sent after event 41). Ids only grow;
+    resuming with either form yields every later event once, deltas included while the run executes.
+    Once the run has ended its deltas are gone: a replay has the stored events only, and each
+    `message` event carries the complete text the deltas before it spelled out.
     """
     await services.runs.get_owned(user, run_id)
-    cursor = after or 0
-    if last_event_id is not None:
-        text = last_event_id.strip()
-        # ASCII digits only (str.isdigit also accepts "²", which int() refuses), within BIGINT.
-        if not (text.isascii() and text.isdigit()) or int(text) > MAX_ROW_ID:
-            raise InvalidLastEventIdError("Last-Event-ID must be an event id (a non-negative integer)")
-        cursor = max(cursor, int(text))
+    cursor = EventPosition(0)
+    for given in (after, last_event_id):
+        if given is None:
+            continue
+        position = EventPosition.parse(given)
+        if position is None or position.durable_id > MAX_ROW_ID:
+            raise InvalidLastEventIdError(
+                "Last-Event-ID must be an event id (`41`, or `41-7` for a message_delta)"
+            )
+        cursor = max(cursor, position)
     return EventSourceResponse(
-        _as_sse(services.events, run_id, cursor), ping=int(max(1, services.settings.sse_ping_seconds))
+        _as_sse(services, run_id, cursor), ping=int(max(1, services.settings.sse_ping_seconds))
     )
 
 
-async def _as_sse(events: EventLog, run_id: str, cursor: int) -> AsyncIterator[ServerSentEvent]:
-    async for event in events.follow(run_id, after_id=cursor):
-        yield ServerSentEvent(
-            data=json.dumps(event.data, ensure_ascii=False), event=event.type, id=str(event.id)
-        )
+async def _as_sse(services: Services, run_id: str, cursor: EventPosition) -> AsyncIterator[ServerSentEvent]:
+    clients = services.metrics.sse_clients
+    clients.inc()
+    try:
+        async for event in services.events.follow(run_id, after=cursor):
+            yield ServerSentEvent(
+                data=json.dumps(event.data, ensure_ascii=False), event=event.type, id=str(event.position)
+            )
+    finally:
+        clients.dec()

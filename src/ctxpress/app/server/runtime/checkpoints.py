@@ -17,7 +17,7 @@ the saver's `setup()` makes its tables):
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,8 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-from psycopg.rows import dict_row
+from psycopg import AsyncCursor
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from ctxpress.app.server.repositories.checkpoint_rows import SqliteCheckpointRows
@@ -41,7 +42,7 @@ from ctxpress.app.server.settings import DatabaseTarget
 
 POSTGRES_POOL_MAX_SIZE = 10
 #: The SQLite write-ahead log is cut back to this size after each checkpoint of it (bytes); a prune
-#: empties it (`checkpoint_rows.SqliteCheckpointRows.reclaim_space`).
+#: that finds it larger empties it (`checkpoint_rows.SqliteCheckpointRows.reclaim_space`).
 SQLITE_JOURNAL_SIZE_LIMIT = 4 * 1024 * 1024
 
 _ReadKey = tuple[str, str, str | None]
@@ -116,7 +117,32 @@ class ServiceSqliteSaver(_ScopedReads, AsyncSqliteSaver):
 
 
 class ServicePostgresSaver(_ScopedReads, AsyncPostgresSaver):
-    """`AsyncPostgresSaver` with scoped reads."""
+    """`AsyncPostgresSaver` with scoped reads, and concurrent calls on its pool.
+
+    LangGraph's saver holds one asyncio lock around every database call -- needed when it shares
+    one connection, but on a pool (ours) each call has a connection of its own, and the lock only
+    queues every run of the process behind the others' checkpoint reads and writes. A write
+    (`aput`, `aput_writes`: `pipeline=True`) runs in one transaction instead of one per statement
+    (the pool's connections are in autocommit mode, as the saver requires).
+    """
+
+    @asynccontextmanager
+    async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
+        if not isinstance(self.conn, AsyncConnectionPool):
+            async with super()._cursor(pipeline=pipeline) as cursor:
+                yield cursor
+            return
+        async with self.conn.connection() as conn:
+            if not pipeline:
+                async with conn.cursor(binary=True, row_factory=dict_row) as cursor:
+                    yield cursor
+                return
+            async with AsyncExitStack() as stack:
+                if self.supports_pipeline:
+                    await stack.enter_async_context(conn.pipeline())
+                await stack.enter_async_context(conn.transaction())
+                cursor = await stack.enter_async_context(conn.cursor(binary=True, row_factory=dict_row))
+                yield cursor
 
 
 @asynccontextmanager

@@ -43,11 +43,15 @@ from ctxpress.app.server.agents_file import AgentDefinition, default_agent, load
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.migrate import schema_change_lock, upgrade_on
 from ctxpress.app.server.knowledge import open_knowledge_base
+from ctxpress.app.server.metrics import ServiceMetrics
 from ctxpress.app.server.runtime.agents import AgentRegistry
 from ctxpress.app.server.runtime.auth_throttle import AuthThrottle, auth_throttle
+from ctxpress.app.server.runtime.checkpoint_pruning import BackgroundPruner
 from ctxpress.app.server.runtime.checkpoints import open_checkpointer
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.execution import RunExecutor
+from ctxpress.app.server.runtime.live_events import LiveBus, MemoryLiveBus
+from ctxpress.app.server.runtime.redis_live_bus import RedisLiveBus
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs, WorkdirQuota
 from ctxpress.app.server.runtime.worker import RunWorker, new_worker_id
 from ctxpress.app.server.settings import Settings
@@ -74,6 +78,8 @@ class Services:
     settings: Settings
     database: Database
     checkpointer: BaseCheckpointSaver[Any]
+    #: Prunes a thread's checkpoints after a manual compression, off its answer's path.
+    pruner: BackgroundPruner
     workdirs: ConversationWorkdirs
     agents: AgentRegistry
     auth: AuthService
@@ -89,6 +95,8 @@ class Services:
     compression_history: CompressionHistoryService
     #: Failed authentications per client address (shared through Redis when configured).
     auth_throttle: AuthThrottle
+    #: Prometheus metrics of this process (`GET /metrics` when `metrics_enabled`).
+    metrics: ServiceMetrics
     #: Set when this start created the first user (printed once by `ctxpress serve`).
     bootstrap_admin: IssuedToken | None = None
 
@@ -166,7 +174,18 @@ async def open_services(
             extra_tools=retrieval.available,
             unavailable_tools=retrieval.unavailable,
         )
-        events = EventLog(database, poll_seconds=min(settings.worker_poll_seconds, 1.0))
+        metrics = ServiceMetrics()
+        bus = live_bus(settings, redis, metrics)
+        await bus.start()
+        stack.push_async_callback(bus.stop)
+        events = EventLog(
+            database,
+            bus=bus,
+            metrics=metrics,
+            poll_seconds=min(settings.worker_poll_seconds, 1.0),
+            # One SQLite process, or every process on Redis: nobody writes events the bus misses.
+            bus_sees_everything=bus.shared or target.backend == "sqlite",
+        )
         usage = UsageService(database, excluded_providers=settings.usage_excluded_providers)
         worker_id = new_worker_id()
         executor = RunExecutor(
@@ -177,6 +196,9 @@ async def open_services(
             worker_id=worker_id,
             recursion_limit=settings.run_recursion_limit,
             tool_result_preview_chars=settings.tool_result_preview_chars,
+            metrics=metrics,
+            delta_window_seconds=settings.delta_window_ms / 1000,
+            delta_max_chars=settings.delta_max_chars,
         )
         worker = RunWorker(
             database=database,
@@ -184,13 +206,20 @@ async def open_services(
             executor=executor,
             worker_id=worker_id,
             max_concurrent_runs=settings.max_concurrent_runs,
+            max_runs_per_user=settings.max_runs_per_user,
             lease_seconds=settings.run_lease_seconds,
             poll_seconds=settings.worker_poll_seconds,
+            metrics=metrics,
         )
+        bus.on_cancel(worker.cancel_local)
+        pruner = BackgroundPruner(database, checkpointer, on_released=worker.nudge)
+        # Runs after the worker stops (callbacks run last-in first-out), before the databases close.
+        stack.push_async_callback(pruner.wait)
         services = Services(
             settings=settings,
             database=database,
             checkpointer=checkpointer,
+            pruner=pruner,
             workdirs=workdirs,
             agents=registry,
             auth=AuthService(database),
@@ -207,10 +236,15 @@ async def open_services(
                 max_input_chars=settings.max_input_chars,
             ),
             compression=CompressionService(
-                database=database, agents=registry, workdirs=workdirs, pressure=PressureService(database)
+                database=database,
+                agents=registry,
+                workdirs=workdirs,
+                pressure=PressureService(database),
+                pruner=pruner,
             ),
             compression_history=CompressionHistoryService(database=database, agents=registry),
             auth_throttle=throttle,
+            metrics=metrics,
         )
         await services.conversations.sync_agents()
         services.bootstrap_admin = await services.auth.ensure_admin()
@@ -218,6 +252,19 @@ async def open_services(
         stack.push_async_callback(worker.stop)
         logger.info("ctxpress service ready (%s, worker %s)", target.backend, worker_id)
         yield services
+
+
+def live_bus(settings: Settings, redis: Redis | None, metrics: ServiceMetrics) -> LiveBus:
+    """Redis Streams when `redis_url` is set (several processes), else this process's memory."""
+    if redis is None:
+        return MemoryLiveBus(metrics=metrics, maxlen=settings.live_stream_maxlen)
+    return RedisLiveBus(
+        redis,
+        prefix=settings.redis_key_prefix,
+        maxlen=settings.live_stream_maxlen,
+        ttl_seconds=settings.live_stream_ttl_seconds,
+        metrics=metrics,
+    )
 
 
 @contextlib.contextmanager

@@ -1,25 +1,34 @@
-"""Run events: stored in SQL (the source of truth, replayable with `Last-Event-ID`), announced in-process.
+"""Run events: durable ones stored in SQL, all of them carried live by the bus while the run executes.
 
-A writer appends events inside its transaction; listeners are woken when that transaction commits
-(`call_after_commit`), then read the rows. Listeners in another process (PostgreSQL deployments
-with several service processes) see them on their next poll, at most `poll_seconds` later.
+- Durable (SQL, replayable with `Last-Event-ID` at any time): run lifecycle, tool calls and results,
+  compression and pressure events, usage, interrupts, and each complete message (once). A writer
+  appends them inside its transaction; when it commits they are published on the live bus.
+- Live only: the coalesced `message_delta`s (`delta_stream.py`), published on the bus, never stored.
+  After the run, the complete `message` replaces them: a replay of a finished run has no deltas.
+
+`follow` serves one SSE stream: the durable events after the client's position from SQL plus, while
+the run executes, the deltas the bus still holds (its backlog); then what the bus delivers. It reads
+SQL again when the bus is silent for `poll_seconds` (`BUS_RECHECK_SECONDS` when every writer
+publishes on this bus: Redis, or SQLite's single process), reports a gap (a lost Redis connection, a full
+queue), or delivers `run_finished`/`interrupt` — so a stream never ends before the run's final
+events, and without a shared bus (PostgreSQL without Redis, another process's run) it still gets
+every durable event, `poll_seconds` late at most.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Final
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.engine import Database, call_after_commit
-from ctxpress.app.server.db.models import RUN_WAITING_INPUT, TERMINAL_RUN_STATUSES
+from ctxpress.app.server.db.models import RUN_WAITING_INPUT, TERMINAL_RUN_STATUSES, Run
+from ctxpress.app.server.metrics import ServiceMetrics
 from ctxpress.app.server.repositories.run_events import RunEventRepository
 from ctxpress.app.server.repositories.runs import RunRepository
+from ctxpress.app.server.runtime.live_events import EventPosition, LiveBus, LiveEvent
 
 # The library's stream events are SSE events of the same name: their names are the library's.
 from ctxpress.events import CONTEXT_COMPRESSION as CONTEXT_COMPRESSION
@@ -39,80 +48,133 @@ RUN_FINISHED: Final = "run_finished"
 ERROR: Final = "error"
 CUSTOM: Final = "custom"
 
+#: After these the follower checks the run's status in SQL: its stream may end.
+ENDING_EVENT_TYPES: Final = frozenset({RUN_FINISHED, INTERRUPT})
 REPLAY_BATCH = 500
+#: With a bus that carries every event, how long a stream waits in silence before re-reading SQL.
+BUS_RECHECK_SECONDS = 5.0
 
-
-@dataclass(frozen=True)
-class StoredEvent:
-    id: int
-    type: str
-    data: dict[str, Any]
-
-
-class RunEventNotifier:
-    """Wakes the SSE streams of one run when new events of that run are committed (this process only)."""
-
-    def __init__(self) -> None:
-        self._listeners: defaultdict[str, set[asyncio.Event]] = defaultdict(set)
-
-    @contextlib.contextmanager
-    def listen(self, run_id: str) -> Iterator[asyncio.Event]:
-        wakeup = asyncio.Event()
-        self._listeners[run_id].add(wakeup)
-        try:
-            yield wakeup
-        finally:
-            listeners = self._listeners.get(run_id)
-            if listeners is not None:
-                listeners.discard(wakeup)
-                if not listeners:
-                    del self._listeners[run_id]
-
-    def publish(self, run_id: str) -> None:
-        for wakeup in self._listeners.get(run_id, ()):
-            wakeup.set()
+DurableListener = Callable[[int], None]
 
 
 class EventLog:
-    def __init__(self, database: Database, *, poll_seconds: float) -> None:
+    def __init__(
+        self,
+        database: Database,
+        *,
+        bus: LiveBus,
+        metrics: ServiceMetrics,
+        poll_seconds: float,
+        bus_sees_everything: bool,
+    ) -> None:
+        """`bus_sees_everything`: every process writing events publishes on this bus (Redis, or
+        SQLite's single process); streams then re-read SQL after `BUS_RECHECK_SECONDS` of silence
+        only, as a safety net, instead of every `poll_seconds`."""
         self.database = database
-        self.notifier = RunEventNotifier()
+        self.bus = bus
+        self.metrics = metrics
         self.poll_seconds = poll_seconds
+        self.silence_seconds = max(poll_seconds, BUS_RECHECK_SECONDS) if bus_sees_everything else poll_seconds
+        self._durable_listeners: dict[str, DurableListener] = {}
 
     async def append(self, session: AsyncSession, run_id: str, event_type: str, data: dict[str, Any]) -> int:
-        """Add an event to the session's transaction; listeners wake when it commits."""
+        """Add a durable event to the session's transaction; it goes live when the transaction commits."""
         event = await RunEventRepository(session).append(run_id, event_type, data)
-        call_after_commit(session, lambda: self.notifier.publish(run_id))
+        live = LiveEvent(run_id, EventPosition(event.id), event_type, event.data)
+        call_after_commit(session, lambda: self._went_durable(live))
         return event.id
 
+    def _went_durable(self, event: LiveEvent) -> None:
+        listener = self._durable_listeners.get(event.run_id)
+        if listener is not None:
+            listener(event.position.durable_id)
+        self.bus.publish(event)
+        if event.type in ENDING_EVENT_TYPES:
+            self.bus.run_ended(event.run_id)
+
     async def emit(self, run_id: str, event_type: str, data: dict[str, Any]) -> int:
-        """Store one event in its own transaction."""
+        """Store one durable event in its own transaction."""
         async with self.database.session() as session:
             event_id = await self.append(session, run_id, event_type, data)
             await session.commit()
         return event_id
 
-    async def follow(self, run_id: str, *, after_id: int) -> AsyncIterator[StoredEvent]:
-        """Stored events after `after_id`, then live ones, until the run finishes or waits for input.
+    @contextlib.contextmanager
+    def durable_ids_of(self, run_id: str, listener: DurableListener) -> Iterator[None]:
+        """Tell `listener` the id of each durable event of the run committed by this process."""
+        self._durable_listeners[run_id] = listener
+        try:
+            yield
+        finally:
+            if self._durable_listeners.get(run_id) is listener:
+                del self._durable_listeners[run_id]
+
+    async def follow(self, run_id: str, *, after: EventPosition) -> AsyncIterator[LiveEvent]:
+        """Events after `after`, until the run finishes or waits for input.
 
         A stream for a run in `waiting_input` ends after its `interrupt` event; after `resume`, the
         client reconnects with `Last-Event-ID` and continues from there.
         """
-        cursor = after_id
-        with self.notifier.listen(run_id) as wakeup:
+        cursor = after
+        run, durable = await self._durable_after(run_id, cursor)
+        if not _executing(run):  # a replay: SQL holds everything there will be, no bus needed
+            for event in durable:
+                self.metrics.live_delivered.labels(source="sql").inc()
+                yield event
+            return
+        async with self.bus.subscribe(run_id) as subscriber:
+            # Again, now that the bus keeps what is published from here on.
+            run, durable = await self._durable_after(run_id, cursor)
+            catch_up: list[LiveEvent] = list(durable)
+            if _executing(run):
+                catch_up += [e for e in subscriber.backlog if e.position.is_live and e.position > cursor]
+            for event in sorted(catch_up, key=lambda e: e.position):
+                if event.position > cursor:
+                    cursor = event.position
+                    self.metrics.live_delivered.labels(source=_source(event)).inc()
+                    yield event
+            while _executing(run):
+                batch = await subscriber.next_batch(self.silence_seconds)
+                check_sql = not batch or subscriber.take_gap()
+                for event in batch:
+                    if event.position <= cursor:
+                        continue  # already sent (from the backlog or SQL)
+                    cursor = event.position
+                    self.metrics.live_delivered.labels(source="bus").inc()
+                    yield event
+                    check_sql = check_sql or event.type in ENDING_EVENT_TYPES
+                if check_sql:
+                    run, durable = await self._durable_after(run_id, cursor)
+                    for event in durable:
+                        cursor = event.position
+                        self.metrics.live_delivered.labels(source="sql").inc()
+                        yield event
+
+    async def _durable_after(self, run_id: str, cursor: EventPosition) -> tuple[Run | None, list[LiveEvent]]:
+        async with self.database.session() as session:
+            # Status first: final events commit together with the status, so when this read sees
+            # the run finished, the event read below sees every event it will ever have.
+            run = await RunRepository(session).get(run_id)
+            repository = RunEventRepository(session)
+            found: list[LiveEvent] = []
+            after_id = cursor.durable_id
             while True:
-                wakeup.clear()
-                async with self.database.session() as session:
-                    # Status first: final events commit together with the status, so when this read
-                    # sees the run finished, the event read below sees every event it will ever have.
-                    run = await RunRepository(session).get(run_id)
-                    events = await RunEventRepository(session).after(run_id, cursor, limit=REPLAY_BATCH)
-                for event in events:
-                    cursor = event.id
-                    yield StoredEvent(event.id, event.type, event.data)
-                if events:
-                    continue
-                if run is None or run.status in TERMINAL_RUN_STATUSES or run.status == RUN_WAITING_INPUT:
-                    return
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wakeup.wait(), timeout=self.poll_seconds)
+                rows = await repository.after(run_id, after_id, limit=REPLAY_BATCH)
+                found += [LiveEvent(run_id, EventPosition(row.id), row.type, row.data) for row in rows]
+                if len(rows) < REPLAY_BATCH:
+                    return run, found
+                after_id = rows[-1].id
+
+
+def _ended(run: Run) -> bool:
+    return run.status in TERMINAL_RUN_STATUSES or run.status == RUN_WAITING_INPUT
+
+
+def _executing(run: Run | None) -> bool:
+    """Executing, queued, or about to be started: its stream goes on."""
+    return run is not None and not _ended(run)
+
+
+def _source(event: LiveEvent) -> str:
+    """Where a caught-up event came from: deltas from the bus's backlog, the rest from SQL."""
+    return "bus" if event.position.is_live else "sql"

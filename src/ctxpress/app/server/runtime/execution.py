@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, Durability, StateSnapshot, StreamMode
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import (
@@ -25,7 +28,10 @@ from ctxpress.app.server.db.models import (
     RUN_SUCCEEDED,
     RUN_WAITING_INPUT,
     Run,
+    utcnow,
 )
+from ctxpress.app.server.log_context import run_logging_context
+from ctxpress.app.server.metrics import ServiceMetrics
 from ctxpress.app.server.repositories.messages import MessageRepository
 from ctxpress.app.server.repositories.pressure import PressureRepository
 from ctxpress.app.server.repositories.runs import RunRepository
@@ -33,17 +39,24 @@ from ctxpress.app.server.repositories.usage import UsageRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.agents import AgentRegistry, AgentRuntime, thread_config
 from ctxpress.app.server.runtime.checkpoint_pruning import prune_quietly
+from ctxpress.app.server.runtime.delta_stream import DeltaStream
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.locks import conversation_lock
+from ctxpress.app.server.runtime.partial_reply import PartialReply
 from ctxpress.app.server.runtime.pressure_recording import record_pressure_event
-from ctxpress.app.server.runtime.stream_mapping import MappedItem, RecordedMessage, StreamMapper
+from ctxpress.app.server.runtime.stream_mapping import (
+    MappedItem,
+    OutgoingEvent,
+    RecordedMessage,
+    StreamMapper,
+)
 from ctxpress.app.server.runtime.unanswered_calls import (
     SERVICE_STOPPED_ERROR,
     conversation_language,
     unanswered_call_text,
     unanswered_reason,
 )
-from ctxpress.app.server.runtime.usage_recording import UsageCollector, UsageExclusion
+from ctxpress.app.server.runtime.usage_recording import UsageCollector, UsageDraft, UsageExclusion
 from ctxpress.app.server.serialization import to_jsonable
 from ctxpress.summary.event import is_summary_message
 
@@ -68,6 +81,8 @@ class ActiveRun:
     task: asyncio.Task[None] | None = None
     #: Why the task is being cancelled; None while it runs normally.
     stop_reason: StopReason | None = None
+    #: The conversation owner's id (the per-user cap counts it); None when not known.
+    user_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,9 @@ class RunExecutor:
         worker_id: str,
         recursion_limit: int,
         tool_result_preview_chars: int,
+        metrics: ServiceMetrics,
+        delta_window_seconds: float,
+        delta_max_chars: int,
     ) -> None:
         self.database = database
         self.events = events
@@ -96,8 +114,15 @@ class RunExecutor:
         self.worker_id = worker_id
         self.recursion_limit = recursion_limit
         self.tool_result_preview_chars = tool_result_preview_chars
+        self.metrics = metrics
+        self.delta_window_seconds = delta_window_seconds
+        self.delta_max_chars = delta_max_chars
 
     async def execute(self, active: ActiveRun) -> None:
+        with run_logging_context(active.run_id, active.conversation_id):
+            await self._execute(active)
+
+    async def _execute(self, active: ActiveRun) -> None:
         async with self.database.session() as session:
             run = await RunRepository(session).get(active.run_id)
         if run is None or run.status != RUN_RUNNING or run.lease_owner != self.worker_id:
@@ -117,8 +142,23 @@ class RunExecutor:
             "recursion_limit": self.recursion_limit,
             "metadata": {"ctxpress_run_id": run.id},
         }
+        waited = _seconds_since(run.created_at)
+        self.metrics.queue_wait.observe(_seconds_between(run.created_at, run.started_at))
+        deltas = DeltaStream(
+            run.id,
+            bus=self.events.bus,
+            metrics=self.metrics,
+            window_seconds=self.delta_window_seconds,
+            max_chars=self.delta_max_chars,
+            created_at_monotonic=time.monotonic() - waited,
+        )
+        partial = PartialReply()
         try:
-            outcome = await self._stream(run, runtime, config, collector)
+            with self.events.durable_ids_of(run.id, deltas.note_durable):
+                try:
+                    outcome = await self._stream(run, runtime, config, collector, deltas, partial)
+                finally:
+                    deltas.close()
         except asyncio.CancelledError:
             # The worker cancelled this task on purpose (and says why); finish the bookkeeping normally.
             task = asyncio.current_task()
@@ -131,6 +171,10 @@ class RunExecutor:
                 return
             if active.stop_reason == "cancelled":
                 outcome = Outcome(RUN_CANCELLED)
+                try:
+                    await self._keep_partial(run, runtime, partial)
+                except Exception:
+                    logger.exception("run %s: the stopped reply could not be kept", run.id)
             else:
                 outcome = Outcome(RUN_FAILED, SERVICE_STOPPED_ERROR)
         except Exception as exc:
@@ -143,21 +187,66 @@ class RunExecutor:
         await self._finish(run, outcome)
 
     async def _stream(
-        self, run: Run, runtime: AgentRuntime, config: RunnableConfig, collector: UsageCollector
+        self,
+        run: Run,
+        runtime: AgentRuntime,
+        config: RunnableConfig,
+        collector: UsageCollector,
+        deltas: DeltaStream,
+        partial: PartialReply,
     ) -> Outcome:
         mapper = StreamMapper(tool_result_preview_chars=self.tool_result_preview_chars)
         graph_input = await self._start(run, runtime, mapper)
+        self.metrics.first_event.observe(_seconds_since(run.created_at))
+        compression_started: dict[str, float] = {}
         async for namespace, mode, data in runtime.graph.astream(
             graph_input, config, stream_mode=STREAM_MODES, subgraphs=True, durability=DURABILITY
         ):
+            stored: list[MappedItem] = []
             for item in mapper.map(tuple(namespace), str(mode), data):
-                await self._publish(run, item)
-            if mode == "updates":
-                # After the node's messages, so `usage` follows the `message` it belongs to.
-                await self._record_usage(run, collector)
+                if isinstance(item, OutgoingEvent) and item.type == events.MESSAGE_DELTA:
+                    deltas.add(item.data)  # live only, coalesced
+                    partial.add(item.data)
+                    continue
+                if isinstance(item, OutgoingEvent) and item.type == events.CONTEXT_COMPRESSION:
+                    self._observe_compression(item.data, compression_started)
+                if isinstance(item, RecordedMessage):
+                    partial.settled(item.message.id)
+                stored.append(item)
+            # A node's messages and its model call's usage (after them) in one transaction.
+            drafts = collector.drain() if mode == "updates" else []
+            if stored or drafts:
+                deltas.flush()  # the deltas so far go before these events
+                await self._store(run, stored, drafts)
         state = await runtime.graph.aget_state(thread_config(run.conversation_id))
         interrupts = [{"id": pending.id, "value": to_jsonable(pending.value)} for pending in state.interrupts]
         return Outcome(RUN_WAITING_INPUT, interrupts=interrupts) if interrupts else Outcome(RUN_SUCCEEDED)
+
+    async def _keep_partial(self, run: Run, runtime: AgentRuntime, partial: PartialReply) -> None:
+        """The reply the user stopped: into the checkpoint (as the node that streamed it) and the
+        chat record with its `message` event, so both hold the same text (`partial_reply`)."""
+        stopped = partial.stopped_message()
+        if stopped is None:
+            return
+        node, message = stopped
+        config = thread_config(run.conversation_id)
+        await runtime.graph.aupdate_state(config, {"messages": [message]}, as_node=node)
+        mapper = StreamMapper(tool_result_preview_chars=self.tool_result_preview_chars)
+        announced = [
+            OutgoingEvent(event.type, {**event.data, "stopped": True})
+            if event.type == events.MESSAGE
+            else event
+            for event in mapper.message_events(message, node=node)
+        ]
+        await self._store(run, [RecordedMessage(message, announced)], [])
+
+    def _observe_compression(self, data: dict[str, Any], started: dict[str, float]) -> None:
+        self.metrics.compression_event(data)
+        level, status = str(data.get("level")), data.get("status")
+        if status == "started":
+            started[level] = time.monotonic()
+        elif level == "l2" and level in started:
+            self.metrics.summary_latency.observe(time.monotonic() - started.pop(level))
 
     async def _start(self, run: Run, runtime: AgentRuntime, mapper: StreamMapper) -> Any:
         """The graph input; announces `run_started` with the answers to calls left open, atomically.
@@ -217,30 +306,11 @@ class RunExecutor:
         ]
         return unanswered_call_text(reason, conversation_language(user_texts or [run.input["text"]]))
 
-    async def _publish(self, run: Run, item: MappedItem) -> None:
+    async def _store(self, run: Run, items: list[MappedItem], drafts: list[UsageDraft]) -> None:
+        """Durable events (with their chat-record messages) and usage records, in one transaction."""
         async with self.database.session() as session:
-            if isinstance(item, RecordedMessage):
-                record = await MessageRepository(session).append(run.conversation_id, run.id, item.message)
-                if record is None:
-                    return  # already in the chat record (and announced) earlier
-                for event in item.events:
-                    await self.events.append(
-                        session, run.id, event.type, {**event.data, "record_id": record.id}
-                    )
-            else:
-                await self.events.append(session, run.id, item.type, item.data)
-                if item.type == events.CONTEXT_PRESSURE:
-                    # The status panel's record of the last main-model request (S22), with its event.
-                    await record_pressure_event(
-                        PressureRepository(session), run.conversation_id, run.id, item.data
-                    )
-            await session.commit()
-
-    async def _record_usage(self, run: Run, collector: UsageCollector) -> None:
-        drafts = collector.drain()
-        if not drafts:
-            return
-        async with self.database.session() as session:
+            for item in items:
+                await self._write(session, run, item)
             usage = UsageRepository(session)
             for draft in drafts:
                 await usage.add(draft.to_record(run.conversation_id, run.id))
@@ -248,6 +318,26 @@ class RunExecutor:
                     session, run.id, events.USAGE, self.usage_exclusion.event_data(draft)
                 )
             await session.commit()
+
+    async def _write(self, session: AsyncSession, run: Run, item: MappedItem) -> None:
+        if isinstance(item, RecordedMessage):
+            record = await MessageRepository(session).append(run.conversation_id, run.id, item.message)
+            if record is None:
+                return  # already in the chat record (and announced) earlier
+            for event in item.events:
+                await self.events.append(session, run.id, event.type, {**event.data, "record_id": record.id})
+        else:
+            await self.events.append(session, run.id, item.type, item.data)
+            if item.type == events.CONTEXT_PRESSURE:
+                # The status panel's record of the last main-model request (S22), with its event.
+                await record_pressure_event(
+                    PressureRepository(session), run.conversation_id, run.id, item.data
+                )
+
+    async def _record_usage(self, run: Run, collector: UsageCollector) -> None:
+        drafts = collector.drain()
+        if drafts:
+            await self._store(run, [], drafts)
 
     async def _finish(self, run: Run, outcome: Outcome) -> None:
         async with self.database.session() as session, conversation_lock(session, run.conversation_id):
@@ -271,6 +361,7 @@ class RunExecutor:
             if outcome.error:
                 await self.events.append(session, run.id, events.ERROR, {"message": outcome.error})
             runs.finish(current, outcome.status, outcome.error)
+            self.metrics.runs_finished.labels(outcome=outcome.status).inc()
             await self.events.append(
                 session, run.id, events.RUN_FINISHED, {"status": outcome.status, "error": outcome.error}
             )
@@ -300,6 +391,17 @@ def _unanswered_tool_calls(history: list[BaseMessage]) -> list[tuple[str, str]]:
                 if call_id and call_id not in answered:
                     unanswered.append((call_id, call["name"]))
     return unanswered
+
+
+def _seconds_since(moment: datetime) -> float:
+    return _seconds_between(moment, utcnow())
+
+
+def _seconds_between(start: datetime, end: datetime | None) -> float:
+    if end is None:
+        return 0.0
+    start, end = (m if m.tzinfo else m.replace(tzinfo=UTC) for m in (start, end))
+    return max(0.0, (end - start).total_seconds())
 
 
 def _describe_error(exc: BaseException) -> str:

@@ -1,13 +1,15 @@
 """Background execution of runs inside the service process, with leases so a crash strands nothing.
 
 - Claiming: intake starts a run directly when its conversation is idle and this process has a free
-  slot. Everything else waits as `queued`; the poll loop (woken on every local change, and every
+  slot. Fairness: a user holds at most `max_runs_per_user` of this process's slots; a user's further
+  runs wait (`user_run_limit`) while other users' runs take the free slots. Everything else waits as `queued`; the poll loop (woken on every local change, and every
   `poll_seconds` for other processes' changes) finds conversations whose queue head may start and
   claims it under `try_conversation_lock` — on PostgreSQL `SELECT … FOR UPDATE SKIP LOCKED`, so
   several service processes share one queue without waiting on each other.
 - Leases: a claimed run is `running` with `lease_owner` = this worker and `lease_expires_at`. The
   heartbeat renews the leases of the runs executing here every `lease_seconds / 3` and notices
-  `cancel_requested` flags set by any process.
+  `cancel_requested` flags set by any process. With Redis, a cancel request reaches the executing
+  process at once through the live bus (`request_cancel`); the flag is the fallback.
 - Recovery: at start and on every poll, a `running` run whose lease expired (its process died) is
   failed with an `error` event, which frees its conversation's queue.
 """
@@ -20,10 +22,12 @@ import logging
 import os
 import socket
 import uuid
+from collections import Counter
 from datetime import datetime, timedelta
 
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import RUN_FAILED, utcnow
+from ctxpress.app.server.metrics import ServiceMetrics
 from ctxpress.app.server.repositories.runs import RunRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.events import EventLog
@@ -50,18 +54,23 @@ class RunWorker:
         executor: RunExecutor,
         worker_id: str,
         max_concurrent_runs: int,
+        max_runs_per_user: int,
         lease_seconds: float,
         poll_seconds: float,
+        metrics: ServiceMetrics,
     ) -> None:
         self.database = database
         self.events = events
         self.executor = executor
         self.worker_id = worker_id
         self.max_concurrent_runs = max_concurrent_runs
+        self.max_runs_per_user = max_runs_per_user
+        self.metrics = metrics
         self.lease_seconds = lease_seconds
         self.poll_seconds = poll_seconds
         self._active: dict[str, ActiveRun] = {}
         self._reserved_slots = 0
+        self._reserved_by_user: Counter[str] = Counter()
         self._wakeup = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -71,21 +80,44 @@ class RunWorker:
     def lease_deadline(self) -> datetime:
         return utcnow() + timedelta(seconds=self.lease_seconds)
 
-    def reserve_slot(self) -> bool:
+    def has_free_slot(self) -> bool:
+        return not self._stopping and len(self._active) + self._reserved_slots < self.max_concurrent_runs
+
+    def user_at_limit(self, user_id: str) -> bool:
+        """The user already holds `max_runs_per_user` of this process's slots."""
+        running = sum(1 for active in self._active.values() if active.user_id == user_id)
+        return running + self._reserved_by_user[user_id] >= self.max_runs_per_user
+
+    def users_at_limit(self) -> set[str]:
+        users = {active.user_id for active in self._active.values() if active.user_id} | set(
+            self._reserved_by_user
+        )
+        return {user_id for user_id in users if self.user_at_limit(user_id)}
+
+    def reserve_slot(self, user_id: str) -> bool:
         """Book capacity before claiming a run (claim and launch are separated by a commit)."""
-        if self._stopping or len(self._active) + self._reserved_slots >= self.max_concurrent_runs:
+        if not self.has_free_slot() or self.user_at_limit(user_id):
             return False
         self._reserved_slots += 1
+        self._reserved_by_user[user_id] += 1
         return True
 
-    def release_slot(self) -> None:
+    def release_slot(self, user_id: str) -> None:
         self._reserved_slots -= 1
+        self._unreserve_user(user_id)
 
-    def launch(self, run_id: str, conversation_id: str) -> None:
+    def _unreserve_user(self, user_id: str) -> None:
+        self._reserved_by_user[user_id] -= 1
+        if self._reserved_by_user[user_id] <= 0:
+            del self._reserved_by_user[user_id]
+
+    def launch(self, run_id: str, conversation_id: str, user_id: str) -> None:
         """Execute a run this worker has claimed (consumes a reserved slot)."""
         self._reserved_slots -= 1
-        active = ActiveRun(run_id, conversation_id)
+        self._unreserve_user(user_id)
+        active = ActiveRun(run_id, conversation_id, user_id=user_id)
         self._active[run_id] = active
+        self.metrics.runs_active.set(len(self._active))
         active.task = asyncio.create_task(self._execute(active), name=f"ctxpress-run-{run_id}")
 
     async def _execute(self, active: ActiveRun) -> None:
@@ -97,6 +129,7 @@ class RunWorker:
             logger.exception("run %s: executor crashed", active.run_id)
         finally:
             self._active.pop(active.run_id, None)
+            self.metrics.runs_active.set(len(self._active))
             self.nudge()
 
     def nudge(self) -> None:
@@ -107,8 +140,9 @@ class RunWorker:
         active = self._active.get(run_id)
         if active is None or active.task is None:
             return False
-        active.stop_reason = active.stop_reason or "cancelled"
-        active.task.cancel()
+        if active.stop_reason is None:  # once: a second cancel would interrupt the bookkeeping
+            active.stop_reason = "cancelled"
+            active.task.cancel()
         return True
 
     @property
@@ -167,20 +201,25 @@ class RunWorker:
         if free <= 0 or self._stopping:
             return 0
         async with self.database.session() as session:
-            candidates = await RunRepository(session).ready_conversation_ids(limit=free * 2)
+            # Oldest first, without the users who hold their share already (however long their queue).
+            candidates = await RunRepository(session).ready_queue_heads(
+                limit=free * 2, excluding_owners=self.users_at_limit()
+            )
         started = 0
-        for conversation_id in candidates:
-            if not self.reserve_slot():
+        for conversation_id, user_id in candidates:
+            if not self.has_free_slot():
                 break
+            if not self.reserve_slot(user_id):
+                continue  # this user holds enough slots; another user's run may start
             try:
                 run_id = await self._claim_queue_head(conversation_id)
             except BaseException:
-                self.release_slot()
+                self.release_slot(user_id)
                 raise
             if run_id is None:
-                self.release_slot()
+                self.release_slot(user_id)
                 continue
-            self.launch(run_id, conversation_id)
+            self.launch(run_id, conversation_id, user_id)
             started += 1
         return started
 

@@ -12,9 +12,10 @@ Manual compression is one synchronous maintenance request: no run, no queued req
         workdir handle released (success or failure)
       └ agent.graph.aupdate_state({"_summarization_event": …})
       └ pressure record marked stale (S19)
-      └ the thread's older checkpoints pruned (`runtime/checkpoint_pruning.py`)
     commit; the lock is released, then the mark -- a message sent meanwhile was refused with
     `Retry-After`, and the next one starts at once on the new state
+    the answer; the thread's older checkpoints pruned in the background, under the lock if it is
+    free (`runtime/checkpoint_pruning.BackgroundPruner`)
 
 Nothing is written when any step before `aupdate_state` fails, so a failure leaves the state and
 the `_summarization_event` exactly as they were.
@@ -45,7 +46,7 @@ from ctxpress.app.server.repositories.pressure import PressureRepository
 from ctxpress.app.server.repositories.runs import BusyState
 from ctxpress.app.server.repositories.usage import UsageRepository
 from ctxpress.app.server.runtime.agents import AgentRegistry, AgentRuntime, thread_config
-from ctxpress.app.server.runtime.checkpoint_pruning import prune_quietly
+from ctxpress.app.server.runtime.checkpoint_pruning import BackgroundPruner
 from ctxpress.app.server.runtime.checkpoints import one_checkpoint_read
 from ctxpress.app.server.runtime.locks import (
     COMPRESSING_RETRY_AFTER_SECONDS,
@@ -142,11 +143,13 @@ class CompressionService:
         agents: AgentRegistry,
         workdirs: ConversationWorkdirs,
         pressure: PressureService,
+        pruner: BackgroundPruner,
     ) -> None:
         self.database = database
         self.agents = agents
         self.workdirs = workdirs
         self.pressure = pressure
+        self.pruner = pruner
 
     async def compress(self, conversation: Conversation) -> CompressionOutcome:
         """Compress `conversation` now (the caller checked the user owns it)."""
@@ -164,11 +167,15 @@ class CompressionService:
         )
         until = await self._claim(conversation_id, runtime)
         try:
-            return await self._compress_claimed(runtime, conversation_id, collector)
+            outcome = await self._compress_claimed(runtime, conversation_id, collector)
         finally:
             async with self.database.session() as session:
                 await ConversationRepository(session).release_compression(conversation_id, until=until)
                 await session.commit()
+        if outcome.compressed:
+            # Off the answer's path: the thread keeps the checkpoint just written, nothing older.
+            self.pruner.schedule(conversation_id)
+        return outcome
 
     async def _claim(self, conversation_id: str, runtime: AgentRuntime) -> datetime:
         """Mark the conversation as being compressed (committed: every process sees it) before
@@ -282,8 +289,6 @@ class CompressionService:
         # The recorded figure described a request the state no longer implies (S19).
         await PressureRepository(session).invalidate(conversation_id)
         await CompressionRepository(session).add_manual(_manual_record(conversation_id, result))
-        # Still under the lock: the thread keeps the checkpoint just written, nothing older.
-        await prune_quietly(self.agents.checkpointer, conversation_id)
         checkpoint_id = (updated or {}).get("configurable", {}).get("checkpoint_id")
         return CompressionOutcome.of(conversation_id, result, checkpoint_id)
 

@@ -37,6 +37,8 @@ from ctxpress.app.server.runtime.worker import RunWorker
 from ctxpress.app.server.usecases.message_limits import check_message_size
 
 WORKERS_BUSY = "workers_busy"
+#: The user already has `max_runs_per_user` runs executing on this process (fairness).
+USER_RUN_LIMIT = "user_run_limit"
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,8 @@ class Intake:
     started: bool
     #: 1-based place in the conversation's queue when queued.
     position: int | None
-    #: "running" | "waiting_input" | "queued" (conversation busy) or "workers_busy" (no free slot).
+    #: "running" | "waiting_input" | "queued" (conversation busy), "workers_busy" (no free slot) or
+    #: "user_run_limit" (the user's share of the slots is taken).
     queued_because: str | None
 
 
@@ -100,14 +103,14 @@ class RunService:
                     # In the chat record from the moment it is accepted (S1): a run that never
                     # starts -- queued, cancelled, or failed after a crash -- still shows it.
                     await MessageRepository(session).append(conversation_id, run.id, message)
-                    slot_reserved = busy is None and self.worker.reserve_slot()
+                    slot_reserved = busy is None and self.worker.reserve_slot(user.id)
                     position = None
                     queued_because = None
                     if slot_reserved:
                         runs.start(run, self.worker.worker_id, self.worker.lease_deadline())
                     else:
                         position = await runs.queue_position(run)
-                        queued_because = busy.reason if busy else WORKERS_BUSY
+                        queued_because = busy.reason if busy else self._why_no_slot(user.id)
                         await self.events.append(
                             session,
                             run.id,
@@ -116,13 +119,16 @@ class RunService:
                         )
             except BaseException:
                 if slot_reserved:
-                    self.worker.release_slot()
+                    self.worker.release_slot(user.id)
                 raise
         if slot_reserved:
-            self.worker.launch(run.id, conversation_id)
+            self.worker.launch(run.id, conversation_id, user.id)
         else:
             self.worker.nudge()
         return Intake(run, slot_reserved, position, queued_because)
+
+    def _why_no_slot(self, user_id: str) -> str:
+        return USER_RUN_LIMIT if self.worker.user_at_limit(user_id) else WORKERS_BUSY
 
     async def resume(self, user: User, run_id: str, value: Any, interrupt_id: str | None) -> Run:
         """Answer the interrupt(s) of a run in `waiting_input`; it continues where it stopped."""
@@ -147,7 +153,7 @@ class RunService:
                         )
                     current.pending_resume = {"value": value, "interrupt_id": interrupt_id}
                     current.interrupts = None
-                    slot_reserved = self.worker.reserve_slot()
+                    slot_reserved = self.worker.reserve_slot(user.id)
                     if slot_reserved:
                         runs.start(current, self.worker.worker_id, self.worker.lease_deadline())
                     else:
@@ -155,10 +161,10 @@ class RunService:
                     run = current
             except BaseException:
                 if slot_reserved:
-                    self.worker.release_slot()
+                    self.worker.release_slot(user.id)
                 raise
         if slot_reserved:
-            self.worker.launch(run.id, run.conversation_id)
+            self.worker.launch(run.id, run.conversation_id, user.id)
         else:
             self.worker.nudge()
         return run
@@ -182,8 +188,9 @@ class RunService:
                 )
             run = current
         if run.status == RUN_RUNNING:
-            # Executing here: stop it now. Elsewhere: its worker sees the flag at its next heartbeat.
-            self.worker.cancel_local(run_id)
+            # Executing here: stopped now. Elsewhere: announced on the live bus (with Redis, the
+            # executing process stops it at once); the flag is seen at its next heartbeat anyway.
+            await self.events.bus.request_cancel(run_id)
         self.worker.nudge()
         return run
 
@@ -193,6 +200,10 @@ class RunService:
         if run is None:
             raise NotFoundError("run not found")
         return run
+
+    async def count_queued(self) -> int:
+        async with self.database.session() as session:
+            return await RunRepository(session).count_queued()
 
     async def queue_position(self, run: Run) -> int | None:
         async with self.database.session() as session:

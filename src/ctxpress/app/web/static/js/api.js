@@ -115,13 +115,13 @@ export class Api {
    * Reconnects after network failures with `Last-Event-ID`, so no event is lost or repeated.
    * `onEvent(type, data, id)`; resolves with the last event id.
    */
-  async followRun(runId, { after = 0, onEvent, signal, maxRetries = 8 } = {}) {
-    let cursor = after;
+  async followRun(runId, { after = "0", onEvent, signal, maxRetries = 8 } = {}) {
+    let cursor = String(after);
     let failures = 0;
     for (;;) {
       try {
         const headers = { Accept: "text/event-stream" };
-        if (cursor > 0) headers["Last-Event-ID"] = String(cursor);
+        if (cursor !== "0") headers["Last-Event-ID"] = cursor;
         const response = await fetch(`/api/runs/${enc(runId)}/events`, {
           headers: this.headers(headers),
           signal,
@@ -129,8 +129,9 @@ export class Api {
         });
         if (!response.ok) throw await this.errorOf(response);
         for await (const event of readSse(response.body)) {
-          const id = Number.parseInt(event.id, 10);
-          if (Number.isFinite(id)) cursor = Math.max(cursor, id);
+          // `41` (a stored event) or `41-7` (a live message_delta after it); ids only grow.
+          const id = event.id || null;
+          if (id) cursor = laterEventId(cursor, id);
           failures = 0;
           let data = {};
           try {
@@ -150,6 +151,17 @@ export class Api {
       }
     }
   }
+}
+
+function eventIdParts(id) {
+  const [stored, live = "0"] = String(id).split("-");
+  return [Number.parseInt(stored, 10) || 0, Number.parseInt(live, 10) || 0];
+}
+
+/** The later of two SSE event ids (`41` < `41-1` < `41-2` < `42`). */
+export function laterEventId(a, b) {
+  const [x, y] = [eventIdParts(a), eventIdParts(b)];
+  return x[0] > y[0] || (x[0] === y[0] && x[1] >= y[1]) ? String(a) : String(b);
 }
 
 export function enc(value) {

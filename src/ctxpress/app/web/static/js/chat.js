@@ -1,7 +1,7 @@
 // The chat: the conversation's record (oldest first), grouped by run, and the live events of its
 // active runs (streaming text, tool calls and results, questions answered inline, queued requests).
 
-import { ApiError, enc } from "./api.js";
+import { ApiError, enc, laterEventId } from "./api.js";
 import { announce, clear, copyButton, h } from "./dom.js";
 import { formatTokens, prettyJson, shorten } from "./format.js";
 import { has, t } from "./i18n.js";
@@ -103,7 +103,7 @@ export class Chat {
         for (const pending of run.interrupts) this.renderInterrupt(run.id, pending.id, pending.value);
         continue; // its stream would only replay: the answer restarts it
       }
-      this.follow(run.id, 0);
+      this.follow(run.id, "0");
     }
     this.markSummaries(this.summaryRecords);
     this.scrollToEnd(true);
@@ -130,7 +130,7 @@ export class Chat {
     this.addUserBubble(entry, accepted.run.input ?? text);
     if (accepted.queued) this.setQueued(entry, accepted.position, accepted.queued_because);
     this.scrollToEnd(true);
-    this.follow(accepted.run.id, 0);
+    this.follow(accepted.run.id, "0");
     this.hooks.onActivity?.();
     return accepted;
   }
@@ -143,7 +143,7 @@ export class Chat {
     if (!entry) {
       const container = h("div", { class: "run", dataset: { runId: key } });
       this.log.append(container);
-      entry = { id: runId, container, badge: null, cursor: 0, following: false, chip: null };
+      entry = { id: runId, container, badge: null, cursor: "0", following: false, chip: null };
       this.runs.set(key, entry);
     }
     return entry;
@@ -171,7 +171,7 @@ export class Chat {
     if (entry.following) return;
     const controller = this.controller; // a newer conversation replaces it (reset aborts this one)
     entry.following = true;
-    entry.cursor = Math.max(entry.cursor, after);
+    entry.cursor = laterEventId(entry.cursor, after);
     this.streams += 1;
     this.active.add(runId);
     this.hooks.onActiveChange?.();
@@ -183,7 +183,7 @@ export class Chat {
         after: entry.cursor,
         signal: controller.signal,
         onEvent: (type, data, id) => {
-          if (Number.isFinite(id)) entry.cursor = Math.max(entry.cursor, id);
+          if (id) entry.cursor = laterEventId(entry.cursor, id);
           if (type === EVENTS.INTERRUPT) waiting = true;
           if (type === EVENTS.RUN_FINISHED) waiting = false;
           if (type === EVENTS.INTERRUPT || type === EVENTS.RUN_FINISHED) {
@@ -285,7 +285,9 @@ export class Chat {
       shown = this.addUserBubble(entry, message.content);
     } else if (message.role === "assistant" || message.role === "ai") {
       if (message.content && !isSummaryText(message.content)) {
-        shown = this.addAssistantBubble(entry, message.content, message.html ?? null).parentElement;
+        const body = this.addAssistantBubble(entry, message.content, message.html ?? null);
+        if (data.response_metadata?.[VOCABULARY.stopped_key]) markBubbleStopped(body);
+        shown = body.parentElement;
       }
       for (const call of data.tool_calls || []) {
         const item = this.addToolCall(entry, call.id, call.name, call.args);
@@ -353,13 +355,14 @@ export class Chat {
   markStopped(entry) {
     const partial = [...entry.container.querySelectorAll(".msg-assistant.streaming")];
     for (const bubble of partial) {
-      bubble.classList.remove("streaming");
-      bubble.classList.add("stopped");
       const body = bubble.querySelector(".msg-text");
-      bubble.insertBefore(h("p", { class: "badge badge-stopped" }, t("replyStopped")), body.nextSibling);
+      markBubbleStopped(body);
       for (const [id, streaming] of this.streaming) if (streaming === body) this.streaming.delete(id);
     }
-    if (!partial.length) this.addNote(entry, t("runCancelled"), "muted", false);
+    // The service keeps the partial reply (its `message` event says `stopped`): no extra note then.
+    if (!partial.length && !entry.container.querySelector(".msg-assistant.stopped")) {
+      this.addNote(entry, t("runCancelled"), "muted", false);
+    }
   }
 
   onDelta(entry, data) {
@@ -394,9 +397,12 @@ export class Chat {
         showMarkdown(body, text, null);
         clampLong(body);
         this.renderFinished(body, text);
+        if (data.stopped) markBubbleStopped(body);
       } else body.parentElement.remove();
     } else if (visible) {
-      this.renderFinished(this.addAssistantBubble(entry, text), text);
+      const shown = this.addAssistantBubble(entry, text);
+      this.renderFinished(shown, text);
+      if (data.stopped) markBubbleStopped(shown);
     }
   }
 
@@ -653,4 +659,13 @@ function compactArgs(args) {
 
 function cssId(value) {
   return String(value).replace(/[^A-Za-z0-9_-]/g, "_");
+}
+
+/** A reply the user stopped: marked "stopped · incomplete" (once), live or after a reload. */
+function markBubbleStopped(body) {
+  const bubble = body.parentElement;
+  bubble.classList.remove("streaming");
+  if (bubble.classList.contains("stopped")) return;
+  bubble.classList.add("stopped");
+  bubble.insertBefore(h("p", { class: "badge badge-stopped" }, t("replyStopped")), body.nextSibling);
 }
