@@ -17,6 +17,15 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, ToolMessage
 
 from ctxpress.config import CompressionConfig
+from ctxpress.summary.carried import (
+    cumulative_files,
+    files_budget,
+    files_section,
+    is_user_request,
+    question_budget,
+    question_section,
+    question_to_carry,
+)
 from ctxpress.summary.cutoff import choose_cutoff
 from ctxpress.summary.event import EffectiveMessages, SummarizationEvent, make_summary_message
 from ctxpress.summary.history import HistoryRange, write_history
@@ -43,6 +52,11 @@ class SummaryPlan:
     kept: list[BaseMessage]  # the L1 view after the cutoff, sent after the summary message
     first_kept_id: str | None
     summary_count: int  # this summary's sequence number in the thread
+    question: str | None = None  # the user request this summary passes, quoted verbatim
+    question_budget: int = 0  # the most tokens the quote keeps (`carried.question_budget`)
+    files_budget: int = 0  # the most tokens the list of earlier files takes (`carried.files_budget`)
+    profile: str = "default"  # the token profile the quote is measured in
+    carried_question: str | None = None  # the previous summary's question section, still current
 
 
 @dataclass(frozen=True)
@@ -119,33 +133,69 @@ def plan_summary(
     global_cutoff = effective.to_global(cutoff)
     if global_cutoff <= effective.cutoff_index or global_cutoff >= len(state_messages):
         return None  # a cutoff never moves backwards (S15)
+    history = history_messages(effective.messages, view, cutoff)
+    previous_file = previous["file_path"] if previous else None
     span = HistoryRange(
         thread_id=thread_id,
         start=effective.cutoff_index,
         end=global_cutoff,
-        previous_file=previous["file_path"] if previous else None,
+        previous_file=previous_file,
+        earlier_files=cumulative_files(
+            previous.get("earlier_files", []) if previous else [], previous_file, history
+        ),
     )
+    kept = list(view[cutoff:])
+    question = question_to_carry(effective.messages[:cutoff], effective.messages[cutoff:])
+    carried = None
+    if question is None and previous:
+        carried = _still_current(previous, effective.messages[:cutoff], effective.messages[cutoff:])
     return SummaryPlan(
         span=span,
         messages=list(view[:cutoff]),
-        history=history_messages(effective.messages, view, cutoff),
-        kept=list(view[cutoff:]),
+        history=history,
+        kept=kept,
         first_kept_id=state_messages[global_cutoff].id,
         summary_count=(previous.get("summary_count", 0) if previous else 0) + 1,
+        question=question,
+        question_budget=question_budget(config.threshold_tokens),
+        files_budget=files_budget(config.threshold_tokens),
+        profile=config.token_profile,
+        carried_question=carried,
     )
+
+
+def _still_current(
+    previous: SummarizationEvent, summarised: Sequence[BaseMessage], kept: Sequence[BaseMessage]
+) -> str | None:
+    """The previous summary's question section, when no user request came after it."""
+    if any(is_user_request(message) for message in [*summarised, *kept]):
+        return None
+    return previous.get("question_section")
 
 
 def finish_summary(plan: SummaryPlan, saved: SavedSummary) -> SummaryStep:
     """The new event and view, from the plan and what its history write and summary call gave."""
     outcome = saved.outcome
     text = outcome.text if outcome.ok else failed_summary_text(outcome.error or "", plan.messages)
-    summary_message = make_summary_message(text, saved.file_path, plan.summary_count)
+    question = (
+        question_section(plan.question, saved.file_path, plan.question_budget, plan.profile)
+        if plan.question is not None
+        else plan.carried_question
+    )
+    files = plan.span.earlier_files
+    sections = [
+        *([question] if question else []),
+        *([files_section(files, saved.file_path, plan.files_budget, plan.profile)] if files else []),
+    ]
+    summary_message = make_summary_message(text, saved.file_path, plan.summary_count, sections)
     event: SummarizationEvent = {
         "cutoff_index": plan.span.end,
         "summary_message": summary_message,
         "file_path": saved.file_path,
         "first_kept_id": plan.first_kept_id,
         "summary_count": plan.summary_count,
+        "question_section": question,
+        "earlier_files": list(files),
     }
     return SummaryStep(event, [summary_message, *plan.kept], outcome.error, saved.write_error)
 
