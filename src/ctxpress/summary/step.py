@@ -18,6 +18,7 @@ from langchain_core.messages import BaseMessage, ToolMessage
 
 from ctxpress.config import CompressionConfig
 from ctxpress.summary.carried import (
+    QUESTION_HEADING,
     cumulative_files,
     files_budget,
     files_section,
@@ -36,7 +37,7 @@ from ctxpress.summary.summarizer import (
     short_error,
     summarize,
 )
-from ctxpress.tokens import TokenCounter
+from ctxpress.tokens import TokenCounter, estimate_tokens
 from ctxpress.workdir import Workdir
 
 logger = logging.getLogger("ctxpress.summary")
@@ -173,31 +174,82 @@ def _still_current(
     return previous.get("question_section")
 
 
-def finish_summary(plan: SummaryPlan, saved: SavedSummary) -> SummaryStep:
-    """The new event and view, from the plan and what its history write and summary call gave."""
+#: The share of the headroom (the threshold less the bare summary and the kept messages) the carried
+#: sections may take: the rest stays free so the next call, with a reply more, is still below the
+#: threshold instead of summarising again (no summary on every call).
+CARRIED_SHARE_OF_HEADROOM = 0.5
+#: Below this many tokens a quote is no help: the section is left out (the history file has it).
+MIN_QUESTION_TOKENS = 24
+
+
+def finish_summary(
+    plan: SummaryPlan, saved: SavedSummary, headroom: Callable[[list[BaseMessage]], int] | None = None
+) -> SummaryStep:
+    """The new event and view, from the plan and what its history write and summary call gave.
+
+    `headroom(view)` is how many tokens a request of `view` leaves below the threshold (or the
+    context window); the carried sections (quoted question, earlier files) take at most
+    `CARRIED_SHARE_OF_HEADROOM` of what the bare summary and the kept messages leave, so they are
+    never what keeps the request over. Without it only the threshold shares bound them.
+    """
     outcome = saved.outcome
     text = outcome.text if outcome.ok else failed_summary_text(outcome.error or "", plan.messages)
-    question = (
-        question_section(plan.question, saved.file_path, plan.question_budget, plan.profile)
-        if plan.question is not None
-        else plan.carried_question
-    )
-    files = plan.span.earlier_files
-    sections = [
-        *([question] if question else []),
-        *([files_section(files, saved.file_path, plan.files_budget, plan.profile)] if files else []),
-    ]
-    summary_message = make_summary_message(text, saved.file_path, plan.summary_count, sections)
+    bare = make_summary_message(text, saved.file_path, plan.summary_count)
+    room = plan.question_budget + plan.files_budget
+    if headroom is not None:
+        room = min(room, int(max(0, headroom([bare, *plan.kept])) * CARRIED_SHARE_OF_HEADROOM))
+    sections = carried_sections(plan, saved.file_path, room)
+    summary_message = make_summary_message(text, saved.file_path, plan.summary_count, sections.texts)
     event: SummarizationEvent = {
         "cutoff_index": plan.span.end,
         "summary_message": summary_message,
         "file_path": saved.file_path,
         "first_kept_id": plan.first_kept_id,
         "summary_count": plan.summary_count,
-        "question_section": question,
-        "earlier_files": list(files),
+        "question_section": sections.question,
+        "earlier_files": list(plan.span.earlier_files),
     }
     return SummaryStep(event, [summary_message, *plan.kept], outcome.error, saved.write_error)
+
+
+@dataclass(frozen=True)
+class CarriedSections:
+    question: str | None  # the question section carried on to the next summary (kept whole)
+    texts: list[str]  # the sections this summary message shows
+
+
+def carried_sections(plan: SummaryPlan, file_path: str | None, room: int) -> CarriedSections:
+    """The quoted question and the list of earlier files, within `room` tokens together.
+
+    The question comes first (up to its own budget); the files take what is left. A section that
+    does not fit even shortened is left out of the message; the history file keeps its text.
+    """
+    raw = plan.question
+    if raw is None and plan.carried_question:
+        raw = plan.carried_question.removeprefix(QUESTION_HEADING).lstrip("\n")
+    question = (
+        question_section(plan.question, file_path, plan.question_budget, plan.profile)
+        if plan.question is not None
+        else plan.carried_question
+    )
+    texts: list[str] = []
+    left = room
+    if question and raw is not None:
+        budget = min(plan.question_budget, left)
+        if estimate_tokens(question, plan.profile) <= budget:
+            texts.append(question)
+        elif budget >= MIN_QUESTION_TOKENS:
+            texts.append(question_section(raw, file_path, budget // 2, plan.profile))
+        left -= sum(estimate_tokens(text, plan.profile) for text in texts)
+    files = plan.span.earlier_files
+    budget = min(plan.files_budget, left)
+    if files and budget > 0:
+        listed = files_section(files, file_path, budget, plan.profile)
+        if estimate_tokens(listed, plan.profile) > budget:  # only where the list is, when that fits
+            listed = files_section(files, file_path, 0, plan.profile)
+        if estimate_tokens(listed, plan.profile) <= left:
+            texts.append(listed)
+    return CarriedSections(question, texts)
 
 
 def save_history(workdir: Workdir, plan: SummaryPlan) -> tuple[str | None, str | None]:
