@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from ctxpress.config import CompressionConfig
 from ctxpress.summary.carried import (
@@ -197,7 +197,10 @@ def finish_summary(
     bare = make_summary_message(text, saved.file_path, plan.summary_count)
     room = plan.question_budget + plan.files_budget
     if headroom is not None:
-        room = min(room, int(max(0, headroom([bare, *plan.kept])) * CARRIED_SHARE_OF_HEADROOM))
+        # The next call adds about one more exchange like the last: that stays free as well.
+        growth = headroom([]) - headroom(last_exchange(plan.kept))
+        free = headroom([bare, *plan.kept]) - growth
+        room = min(room, int(max(0, free) * CARRIED_SHARE_OF_HEADROOM))
     sections = carried_sections(plan, saved.file_path, room)
     summary_message = make_summary_message(text, saved.file_path, plan.summary_count, sections.texts)
     event: SummarizationEvent = {
@@ -210,6 +213,14 @@ def finish_summary(
         "earlier_files": list(plan.span.earlier_files),
     }
     return SummaryStep(event, [summary_message, *plan.kept], outcome.error, saved.write_error)
+
+
+def last_exchange(kept: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The latest model turn among `kept`: its last AI message and the tool results after it."""
+    for index in range(len(kept) - 1, -1, -1):
+        if isinstance(kept[index], AIMessage):
+            return list(kept[index:])
+    return list(kept[-1:])
 
 
 @dataclass(frozen=True)
