@@ -151,7 +151,11 @@ async def compress_now(
     file_path, write_error = await asyncio.to_thread(save_history, workdir, plan)
     if write_error:
         raise ManualCompressionError(FailedPart.HISTORY, f"could not save the history file: {write_error}")
-    step = finish_summary(plan, SavedSummary(file_path, None, outcome))
+    step = finish_summary(
+        plan,
+        SavedSummary(file_path, None, outcome),
+        lambda view: config.threshold_tokens - counter.count_request(view, system_message, tools, profile),
+    )
     tokens_after = next_request_tokens(messages, step.event, system_message, tools, config, counter)
     return ManualCompressionResult(True, tokens_before, tokens_after, event=step.event)
 

@@ -68,6 +68,7 @@ from ctxpress.summary.event import (
 )
 from ctxpress.summary.step import (
     SavedSummary,
+    SummaryPlan,
     SummaryStep,
     asave_and_summarize,
     finish_summary,
@@ -103,6 +104,7 @@ class _Call:
     events: CompressionEvents
     state_update: dict[str, Any] = field(default_factory=dict)
     summary: SummaryStep | None = None
+    summary_parts: tuple[SummaryPlan, SavedSummary] | None = None  # to rebuild it without sections
 
     def with_messages(self, messages: list[BaseMessage]) -> ModelRequest:
         # The inner chain must not read the event again (S3: one summariser per state).
@@ -297,7 +299,9 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             if l1 is None:
                 l1 = yield BuildL1View(call.effective.messages)
             if call.summary is None:
-                yield from self._summarize(call, l1)
+                yield from self._summarize(call, l1, limit=0)
+            else:
+                self._drop_carried_sections(call)
             view, tokens_view = self._retry_view(call, l1, tokens_sent)
             # Never resend the payload that just overflowed, nor a larger one: a size-based
             # overflow would only repeat. Each retry is strictly smaller than the last overflow.
@@ -327,6 +331,15 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         except Exception as exc:
             call.events.failed(L2, short_error(exc), reason=CONTEXT_OVERFLOW)
             raise
+
+    def _drop_carried_sections(self, call: _Call) -> None:
+        """S6/S30: after an overflow the summary message goes without its carried sections first."""
+        if call.summary_parts is None:
+            return
+        plan, saved = call.summary_parts
+        step = finish_summary(plan, saved, lambda view: 0)
+        call.state_update[EVENT_KEY] = step.event
+        call.summary = step
 
     def _finish_forced(
         self,
@@ -364,7 +377,9 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         call.state_update.pop(EVENT_KEY, None)
         return l1.messages, tokens_l1
 
-    def _summarize(self, call: _Call, l1: CompactionResult) -> Generator[Effect, Any, SummaryStep | None]:
+    def _summarize(
+        self, call: _Call, l1: CompactionResult, limit: int | None = None
+    ) -> Generator[Effect, Any, SummaryStep | None]:
         """L2 (S14, S15) for this call; records the event in the call's state update."""
         full_state = state_messages(call.request) or call.request.messages
         threshold = self.config.threshold_tokens
@@ -377,9 +392,13 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         if plan is None:
             return None
         saved: SavedSummary = yield SaveAndSummarize(plan)
-        step = finish_summary(plan, saved)
+        # The carried sections take only the headroom below the threshold (or, forced, below the
+        # size that overflowed): they are never what keeps the request over.
+        limit = threshold if limit is None else min(threshold, limit)
+        step = finish_summary(plan, saved, lambda view: limit - self._count(call, view))
         call.state_update[EVENT_KEY] = step.event
         call.summary = step
+        call.summary_parts = (plan, saved)
         return step
 
     # --- measuring ------------------------------------------------------------------------------

@@ -29,20 +29,27 @@ class SummarizationEvent(TypedDict):
     file_path: str | None
     first_kept_id: NotRequired[str | None]
     summary_count: NotRequired[int]
+    #: The quoted current question, carried until a newer user message is in view (summary/carried.py).
+    question_section: NotRequired[str | None]
+    #: Every earlier history file and summarised offload file of the thread, oldest first.
+    earlier_files: NotRequired[list[str]]
 
 
-def summary_message_text(summary: str, file_path: str | None) -> str:
+def summary_message_text(summary: str, file_path: str | None, sections: Sequence[str] = ()) -> str:
+    """The summary message: marker, where the full text is, the summary, then `sections`."""
     where = (
         f"The full text of the summarised messages is in the workdir at {file_path}."
         if file_path
         else "The full text of the summarised messages could not be saved to the workdir."
     )
-    return f"{SUMMARY_MARKER} Summary of the earlier conversation. {where}\n\n{summary}"
+    return "\n\n".join([f"{SUMMARY_MARKER} Summary of the earlier conversation. {where}", summary, *sections])
 
 
-def make_summary_message(summary: str, file_path: str | None, sequence: int) -> HumanMessage:
+def make_summary_message(
+    summary: str, file_path: str | None, sequence: int, sections: Sequence[str] = ()
+) -> HumanMessage:
     return HumanMessage(
-        content=summary_message_text(summary, file_path),
+        content=summary_message_text(summary, file_path, sections),
         id=f"ctxpress-summary-{sequence}",
         additional_kwargs={"lc_source": SUMMARY_SOURCE},
     )

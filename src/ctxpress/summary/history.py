@@ -31,6 +31,8 @@ class HistoryRange:
     start: int  # global index of the first summarised message
     end: int  # global index after the last summarised message (the new cutoff)
     previous_file: str | None = None
+    #: Every earlier history file and summarised offload file of the thread (summary/carried.py).
+    earlier_files: tuple[str, ...] = ()
 
 
 def _safe_thread(thread_id: str | None) -> str:
@@ -58,6 +60,7 @@ def _header_line(span: HistoryRange, count: int) -> bytes:
         "range": [span.start, span.end],
         "message_count": count,
         "previous_history_file": span.previous_file,
+        "earlier_files": list(span.earlier_files),
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     return encode_text(json.dumps(header, ensure_ascii=False) + "\n")

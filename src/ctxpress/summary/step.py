@@ -14,9 +14,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from ctxpress.config import CompressionConfig
+from ctxpress.summary.carried import (
+    QUESTION_HEADING,
+    cumulative_files,
+    files_budget,
+    files_section,
+    is_user_request,
+    question_budget,
+    question_section,
+    question_to_carry,
+)
 from ctxpress.summary.cutoff import choose_cutoff
 from ctxpress.summary.event import EffectiveMessages, SummarizationEvent, make_summary_message
 from ctxpress.summary.history import HistoryRange, write_history
@@ -27,7 +37,7 @@ from ctxpress.summary.summarizer import (
     short_error,
     summarize,
 )
-from ctxpress.tokens import TokenCounter
+from ctxpress.tokens import TokenCounter, estimate_tokens
 from ctxpress.workdir import Workdir
 
 logger = logging.getLogger("ctxpress.summary")
@@ -43,6 +53,11 @@ class SummaryPlan:
     kept: list[BaseMessage]  # the L1 view after the cutoff, sent after the summary message
     first_kept_id: str | None
     summary_count: int  # this summary's sequence number in the thread
+    question: str | None = None  # the user request this summary passes, quoted verbatim
+    question_budget: int = 0  # the most tokens the quote keeps (`carried.question_budget`)
+    files_budget: int = 0  # the most tokens the list of earlier files takes (`carried.files_budget`)
+    profile: str = "default"  # the token profile the quote is measured in
+    carried_question: str | None = None  # the previous summary's question section, still current
 
 
 @dataclass(frozen=True)
@@ -119,35 +134,133 @@ def plan_summary(
     global_cutoff = effective.to_global(cutoff)
     if global_cutoff <= effective.cutoff_index or global_cutoff >= len(state_messages):
         return None  # a cutoff never moves backwards (S15)
+    history = history_messages(effective.messages, view, cutoff)
+    previous_file = previous["file_path"] if previous else None
     span = HistoryRange(
         thread_id=thread_id,
         start=effective.cutoff_index,
         end=global_cutoff,
-        previous_file=previous["file_path"] if previous else None,
+        previous_file=previous_file,
+        earlier_files=cumulative_files(
+            previous.get("earlier_files", []) if previous else [], previous_file, history
+        ),
     )
+    kept = list(view[cutoff:])
+    question = question_to_carry(effective.messages[:cutoff], effective.messages[cutoff:])
+    carried = None
+    if question is None and previous:
+        carried = _still_current(previous, effective.messages[:cutoff], effective.messages[cutoff:])
     return SummaryPlan(
         span=span,
         messages=list(view[:cutoff]),
-        history=history_messages(effective.messages, view, cutoff),
-        kept=list(view[cutoff:]),
+        history=history,
+        kept=kept,
         first_kept_id=state_messages[global_cutoff].id,
         summary_count=(previous.get("summary_count", 0) if previous else 0) + 1,
+        question=question,
+        question_budget=question_budget(config.threshold_tokens),
+        files_budget=files_budget(config.threshold_tokens),
+        profile=config.token_profile,
+        carried_question=carried,
     )
 
 
-def finish_summary(plan: SummaryPlan, saved: SavedSummary) -> SummaryStep:
-    """The new event and view, from the plan and what its history write and summary call gave."""
+def _still_current(
+    previous: SummarizationEvent, summarised: Sequence[BaseMessage], kept: Sequence[BaseMessage]
+) -> str | None:
+    """The previous summary's question section, when no user request came after it."""
+    if any(is_user_request(message) for message in [*summarised, *kept]):
+        return None
+    return previous.get("question_section")
+
+
+#: The share of the headroom (the threshold less the bare summary and the kept messages) the carried
+#: sections may take: the rest stays free so the next call, with a reply more, is still below the
+#: threshold instead of summarising again (no summary on every call).
+CARRIED_SHARE_OF_HEADROOM = 0.5
+#: Below this many tokens a quote is no help: the section is left out (the history file has it).
+MIN_QUESTION_TOKENS = 24
+
+
+def finish_summary(
+    plan: SummaryPlan, saved: SavedSummary, headroom: Callable[[list[BaseMessage]], int] | None = None
+) -> SummaryStep:
+    """The new event and view, from the plan and what its history write and summary call gave.
+
+    `headroom(view)` is how many tokens a request of `view` leaves below the threshold (or the
+    context window); the carried sections (quoted question, earlier files) take at most
+    `CARRIED_SHARE_OF_HEADROOM` of what the bare summary and the kept messages leave, so they are
+    never what keeps the request over. Without it only the threshold shares bound them.
+    """
     outcome = saved.outcome
     text = outcome.text if outcome.ok else failed_summary_text(outcome.error or "", plan.messages)
-    summary_message = make_summary_message(text, saved.file_path, plan.summary_count)
+    bare = make_summary_message(text, saved.file_path, plan.summary_count)
+    room = plan.question_budget + plan.files_budget
+    if headroom is not None:
+        # The next call adds about one more exchange like the last: that stays free as well.
+        growth = headroom([]) - headroom(last_exchange(plan.kept))
+        free = headroom([bare, *plan.kept]) - growth
+        room = min(room, int(max(0, free) * CARRIED_SHARE_OF_HEADROOM))
+    sections = carried_sections(plan, saved.file_path, room)
+    summary_message = make_summary_message(text, saved.file_path, plan.summary_count, sections.texts)
     event: SummarizationEvent = {
         "cutoff_index": plan.span.end,
         "summary_message": summary_message,
         "file_path": saved.file_path,
         "first_kept_id": plan.first_kept_id,
         "summary_count": plan.summary_count,
+        "question_section": sections.question,
+        "earlier_files": list(plan.span.earlier_files),
     }
     return SummaryStep(event, [summary_message, *plan.kept], outcome.error, saved.write_error)
+
+
+def last_exchange(kept: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The latest model turn among `kept`: its last AI message and the tool results after it."""
+    for index in range(len(kept) - 1, -1, -1):
+        if isinstance(kept[index], AIMessage):
+            return list(kept[index:])
+    return list(kept[-1:])
+
+
+@dataclass(frozen=True)
+class CarriedSections:
+    question: str | None  # the question section carried on to the next summary (kept whole)
+    texts: list[str]  # the sections this summary message shows
+
+
+def carried_sections(plan: SummaryPlan, file_path: str | None, room: int) -> CarriedSections:
+    """The quoted question and the list of earlier files, within `room` tokens together.
+
+    The question comes first (up to its own budget); the files take what is left. A section that
+    does not fit even shortened is left out of the message; the history file keeps its text.
+    """
+    raw = plan.question
+    if raw is None and plan.carried_question:
+        raw = plan.carried_question.removeprefix(QUESTION_HEADING).lstrip("\n")
+    question = (
+        question_section(plan.question, file_path, plan.question_budget, plan.profile)
+        if plan.question is not None
+        else plan.carried_question
+    )
+    texts: list[str] = []
+    left = room
+    if question and raw is not None:
+        budget = min(plan.question_budget, left)
+        if estimate_tokens(question, plan.profile) <= budget:
+            texts.append(question)
+        elif budget >= MIN_QUESTION_TOKENS:
+            texts.append(question_section(raw, file_path, budget // 2, plan.profile))
+        left -= sum(estimate_tokens(text, plan.profile) for text in texts)
+    files = plan.span.earlier_files
+    budget = min(plan.files_budget, left)
+    if files and budget > 0:
+        listed = files_section(files, file_path, budget, plan.profile)
+        if estimate_tokens(listed, plan.profile) > budget:  # only where the list is, when that fits
+            listed = files_section(files, file_path, 0, plan.profile)
+        if estimate_tokens(listed, plan.profile) <= left:
+            texts.append(listed)
+    return CarriedSections(question, texts)
 
 
 def save_history(workdir: Workdir, plan: SummaryPlan) -> tuple[str | None, str | None]:

@@ -1,0 +1,167 @@
+"""What a summary carries besides its summary (issue 21), through a real `create_agent` graph:
+
+- the current question: one user request followed by many large tool calls (the SWE-agent /
+  OpenHands shape) -- after several summaries (S14) every model request still holds its text;
+- one-read reachability: every fact of a compressed message is in the request, or in a file whose
+  path the request names, read once (S7 offloads, S14 history files).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.tools import tool
+
+from ctxpress import CompressionConfig, ContextCompressionMiddleware, LocalWorkdir
+from ctxpress.compaction.content import content_text
+from ctxpress.summary.carried import QUESTION_HEADING
+from ctxpress.summary.event import EVENT_KEY, is_summary_message
+from ctxpress.summary.history import read_history
+from ctxpress.workdir import read_text
+from tests.fakes import ScriptedChatModel, tool_call
+from tests.middleware.conftest import assert_provider_valid
+
+THREAD = {"configurable": {"thread_id": "swe-1"}}
+QUESTION = (
+    "Fix the failing test in tests/test_parser.py: parse_header must accept a trailing comma, "
+    "and do not change the public API of src/parser.py."
+)
+CALLS = 24
+#: Any path the request names that a model could read in one call.
+NAMED_PATH = re.compile(
+    r"outputs/(?:large_tool_results|large_tool_arguments|conversation_history)/[A-Za-z0-9_.-]+"
+)
+
+
+def fact(number: int) -> str:
+    """The one line of source file `number` that the test looks for later."""
+    return f"FACT-{number:03d}-{number * 7919:08d}"
+
+
+@tool
+def read_source(path: str, number: int) -> str:
+    """Read a source file of the repository."""
+    filler = "\n".join(f"    value_{line} = compute({line}, {number})  # {path}" for line in range(120))
+    return f"# {path}\n{filler}\n# marker {fact(number)}\n{filler}"
+
+
+def swe_script(calls: int) -> list[AIMessage]:
+    """One request answered by `calls` file reads, then a reply."""
+    script = [
+        tool_call("read_source", {"path": f"src/module_{n}.py", "number": n}, f"read-{n}")
+        for n in range(calls)
+    ]
+    return [*script, AIMessage(content="The trailing comma is now accepted.")]
+
+
+def build(model: Any, workdir: LocalWorkdir, checkpointer: Any, config: CompressionConfig) -> Any:
+    middleware = ContextCompressionMiddleware(config, workdir=workdir, summary_model=ScriptedChatModel())
+    return create_agent(
+        model,
+        [read_source],
+        system_prompt="You fix bugs.",
+        middleware=[middleware],
+        checkpointer=checkpointer,
+    )
+
+
+def request_text(request: list[BaseMessage]) -> str:
+    parts = []
+    for message in request:
+        parts.append(content_text(message.content))
+        if isinstance(message, AIMessage):
+            parts.extend(json.dumps(call["args"]) for call in message.tool_calls)
+    return "\n".join(parts)
+
+
+CONFIG = CompressionConfig(summary_threshold=3, summary_keep_messages=6, summary_tool_result_token_limit=300)
+
+
+def test_s14_current_question_survives_many_summaries(workdir: LocalWorkdir, checkpointer: Any) -> None:
+    model = ScriptedChatModel(script=swe_script(CALLS))
+    agent = build(model, workdir, checkpointer, CONFIG)
+    agent.invoke({"messages": [HumanMessage(content=QUESTION)]}, THREAD)
+
+    event = agent.get_state(THREAD).values[EVENT_KEY]
+    assert event["summary_count"] >= 3, "the premise: several summaries passed the question"
+    summarised_requests = [r for r in model.requests if any(is_summary_message(m) for m in r)]
+    assert summarised_requests and all(
+        not any(m.content == QUESTION and not is_summary_message(m) for m in r)
+        for r in summarised_requests[-3:]
+    ), "the premise: the question itself is summarised away"
+    for request in model.requests:
+        assert_provider_valid(request[1:])
+        assert QUESTION in request_text(request)
+    summary = content_text(event["summary_message"].content)
+    assert f"{QUESTION_HEADING}\n{QUESTION}" in summary
+
+
+def test_s14_newer_user_message_ends_the_carried_question(workdir: LocalWorkdir, checkpointer: Any) -> None:
+    model = ScriptedChatModel(script=[*swe_script(CALLS), *swe_script(CALLS)])
+    agent = build(model, workdir, checkpointer, CONFIG)
+    agent.invoke({"messages": [HumanMessage(content=QUESTION)]}, THREAD)
+    follow_up = "Now also accept a trailing semicolon in parse_footer."
+    agent.invoke({"messages": [HumanMessage(content=follow_up)]}, THREAD)
+
+    last = model.requests[-1]
+    assert follow_up in request_text(last)
+    summary = content_text(agent.get_state(THREAD).values[EVENT_KEY]["summary_message"].content)
+    assert f"{QUESTION_HEADING}\n{follow_up}" in summary
+    assert f"{QUESTION_HEADING}\n{QUESTION}" not in summary
+
+
+def test_s14_very_long_question_is_bounded_and_whole_in_the_history_file(
+    workdir: LocalWorkdir, checkpointer: Any
+) -> None:
+    long_question = "Please fix this. " + " ".join(f"step{n:05d}" for n in range(4000)) + " END-OF-REQUEST"
+    model = ScriptedChatModel(script=swe_script(CALLS))
+    agent = build(model, workdir, checkpointer, CONFIG.model_copy(update={"summary_threshold": 6}))
+    agent.invoke({"messages": [HumanMessage(content=long_question)]}, THREAD)
+
+    event = agent.get_state(THREAD).values[EVENT_KEY]
+    summary = content_text(event["summary_message"].content)
+    section = summary.split(QUESTION_HEADING, 1)[1]
+    assert section.startswith("\nPlease fix this. step00000") and "END-OF-REQUEST" in section
+    assert "step02000" not in section and len(section) < len(long_question) // 2
+    where = re.search(r"left out; the full text is in (\S+) …", section)
+    assert where is not None
+    _, messages = read_history(workdir, where.group(1))
+    assert any(m.content == long_question for m in messages)
+
+
+def readable_from(workdir: LocalWorkdir, text: str) -> str:
+    """The request's text and every file it names, each read once."""
+    paths = {path.rstrip(".") for path in NAMED_PATH.findall(text)}
+    return text + "".join(read_text(workdir, path) for path in paths)
+
+
+def test_every_compressed_fact_is_one_read_away(workdir: LocalWorkdir, checkpointer: Any) -> None:
+    """One read while the list of earlier files fits its budget; past it, the summary names the
+    history file whose header lists the older ones (then two reads, never lost)."""
+    model = ScriptedChatModel(script=swe_script(CALLS))
+    agent = build(model, workdir, checkpointer, CONFIG)
+    agent.invoke({"messages": [HumanMessage(content=QUESTION)]}, THREAD)
+
+    event = agent.get_state(THREAD).values[EVENT_KEY]
+    assert event["summary_count"] >= 3, "the premise: facts sit in several history files"
+    one_read, via_header = 0, 0
+    # Request k follows the first k file reads (one call per model turn).
+    for answered, request in enumerate(model.requests):
+        text = request_text(request)
+        readable = readable_from(workdir, text)
+        overflow = re.search(r"older files are listed in the header of (\S+) \(earlier_files\)", text)
+        if overflow is None:
+            one_read += sum(1 for m in request if is_summary_message(m))
+        else:
+            header, _ = read_history(workdir, overflow.group(1))
+            earlier = header["earlier_files"]
+            assert isinstance(earlier, list) and earlier
+            readable += "".join(readable_from(workdir, path) for path in earlier)
+            via_header += 1
+        for number in range(answered):
+            assert fact(number) in readable, f"{fact(number)} is not reachable in request {answered}"
+    assert one_read >= 3 and via_header >= 1, "the premise: both the listed and the overflow case ran"
