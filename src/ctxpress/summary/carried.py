@@ -16,6 +16,12 @@ file, every earlier history file of the thread and every offload file the summar
 referenced (cumulative through `_summarization_event`). The newest that fit in an eighth of the
 summary threshold are listed; the complete list is also in the header of the new history file (`earlier_files`), which
 the summary message names, so a long thread's older files are one read further, never lost.
+
+*Room.* Both sections take only room the request leaves: `summary/step.py` measures the summary
+message without them plus the kept messages, reserves the size of the latest exchange (what the
+next call adds), and gives the sections at most half of the rest, the question first; the shares
+above are upper bounds. On a context overflow (S6, S30) the sections are dropped. So they are never
+what keeps a request over the threshold or the window, and never make every call summarise again.
 """
 
 from __future__ import annotations
