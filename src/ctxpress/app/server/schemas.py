@@ -20,7 +20,7 @@ from ctxpress.app.server.serialization import (
     storable_text,
 )
 from ctxpress.app.server.usecases.compression import FAILURE_STATUS, CompressionOutcome, ContextStatus
-from ctxpress.app.server.usecases.compression_history import CompressionRecord
+from ctxpress.app.server.usecases.compression_history import CompressionRecord, Trigger
 from ctxpress.app.server.usecases.message_limits import message_budget
 from ctxpress.manual import FailedPart
 from ctxpress.pressure import RequestPressure
@@ -370,7 +370,7 @@ class CompressionRecordOut(BaseModel):
     """One compression of the conversation, from the record (`GET …/compressions`)."""
 
     #: `automatic` (the middleware, inside a run) or `manual` (the compress button).
-    trigger: Literal["automatic", "manual"]
+    trigger: Trigger
     #: `completed` or `failed` (the vocabulary's statuses); `started` halves are not listed.
     status: str
     #: `l1` (tool results offloaded / arguments truncated) or `l2` (older messages summarised).
