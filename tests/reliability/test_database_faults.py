@@ -33,17 +33,25 @@ from .support import (
 
 WARM_CONVERSATIONS = 4
 TERMINATE_SQL = (
-    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+    "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
     "WHERE datname = current_database() AND pid <> pg_backend_pid()"
 )
+GONE_SQL = "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)"
 
 
 def terminate_backends(database_url: str) -> int:
-    """Kill every other connection to the service's database, as a failover or a restart would."""
+    """Kill every other connection to the service's database, as a failover or a restart would, and
+    wait until those backends have exited (their FATAL message sent, their sockets closed): the
+    service checks a pooled connection's socket at checkout instead of pinging it (`db/liveness.py`),
+    so "dropped" means gone, not a termination signal still in flight."""
     base = database_url.split("?", 1)[0]
     with psycopg.connect(base, autocommit=True) as admin:
-        row = admin.execute(TERMINATE_SQL).fetchone()
-    return int(row[0]) if row else 0
+        pids = [pid for pid, terminated in admin.execute(TERMINATE_SQL).fetchall() if terminated]
+        deadline = time.monotonic() + 10
+        while (row := admin.execute(GONE_SQL, (pids,)).fetchone()) and row[0] > 0:
+            assert time.monotonic() < deadline, "terminated backends did not exit"
+            time.sleep(0.01)
+    return len(pids)
 
 
 async def _hold_connections_at_once(pool: Any, count: int) -> None:

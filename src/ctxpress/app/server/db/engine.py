@@ -11,6 +11,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import Session
 
+from ctxpress.app.server.db.liveness import CheckoutLiveness
 from ctxpress.app.server.settings import Backend, DatabaseTarget
 
 _DATABASE_KEY = "ctxpress_database"
@@ -93,7 +94,9 @@ def _create_engine(target: DatabaseTarget) -> AsyncEngine:
         )
         event.listen(engine.sync_engine, "connect", _configure_sqlite_connection)
         return engine
-    return create_async_engine(target.sqlalchemy_url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    engine = create_async_engine(target.sqlalchemy_url, pool_size=10, max_overflow=10)
+    CheckoutLiveness().install(engine)  # pings a connection only when it may have died (liveness.py)
+    return engine
 
 
 def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:

@@ -36,6 +36,7 @@ from psycopg import AsyncCursor
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from ctxpress.app.server.db.liveness import CheckoutLiveness
 from ctxpress.app.server.repositories.checkpoint_rows import SqliteCheckpointRows
 from ctxpress.app.server.runtime.checkpoint_serde import CheckpointSerializer
 from ctxpress.app.server.settings import DatabaseTarget
@@ -156,15 +157,18 @@ async def open_checkpointer(
             await SqliteCheckpointRows(conn).prepare_file(journal_size_limit=SQLITE_JOURNAL_SIZE_LIMIT)
             yield ServiceSqliteSaver(conn, serde=CheckpointSerializer())
         return
+    liveness = CheckoutLiveness()
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
         target.checkpoint_target,
         min_size=1,
         max_size=POSTGRES_POOL_MAX_SIZE,
         # What AsyncPostgresSaver requires of its connections.
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
-        # Like `pool_pre_ping` of the service's own engine: a connection the server dropped (restart,
-        # failover, idle timeout) is replaced at checkout instead of failing the next runs.
-        check=AsyncConnectionPool.check_connection,
+        # As for the service's own engine: a connection the server dropped (restart, failover, idle
+        # timeout) is replaced at checkout instead of failing the next runs -- pinged only when its
+        # socket says something happened or it idled long (`db/liveness.py`).
+        check=liveness.check,
+        reset=liveness.returned,
         open=False,
     )
     await pool.open(wait=True)
