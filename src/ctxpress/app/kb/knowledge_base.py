@@ -181,14 +181,14 @@ class KnowledgeBase:
         terms = query_terms(query)
         if not terms:
             return SearchResult(query, (), [])
-        candidates = self.store.candidates(terms)
-        if not candidates:
+        reads = self.store.search_reads(terms)
+        if not reads.candidates or reads.stats is None:
             return SearchResult(query, terms.terms, [])
         ranked = rank_candidates(
-            candidates,
+            reads.candidates,
             terms,
-            self.store.document_frequencies(terms),
-            self.store.stats(),
+            reads.frequencies,
+            reads.stats,
             limit=limit,
             per_document=per_document,
         )

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Protocol
 
 from ctxpress.app.kb.chunking import Chunk
 from ctxpress.app.kb.ranking import CandidateChunk, CorpusStats
-from ctxpress.app.kb.store import CANDIDATE_LIMIT, DocumentRecord, Origin
+from ctxpress.app.kb.store import CANDIDATE_LIMIT, DocumentRecord, Origin, SearchReads
 from ctxpress.app.kb.terms import QueryTerms
 
 #: A statement (plain text or a driver's composed SQL) and its parameters.
@@ -126,24 +126,29 @@ class SqlKnowledgeStore(ABC):
             ).fetchall()
         return [DocumentRecord(*row) for row in rows]
 
-    def stats(self) -> CorpusStats:
+    def search_reads(self, terms: QueryTerms, limit: int = CANDIDATE_LIMIT) -> SearchReads:
         with self._connect() as connection:
-            chunks, average = connection.execute("SELECT count(*), avg(chars) FROM kb_chunks").fetchone()
-            (documents,) = connection.execute("SELECT count(*) FROM kb_documents").fetchone()
+            candidates = self._candidates(connection, terms, limit)
+            if not candidates:
+                return SearchReads([], {}, None)
+            return SearchReads(candidates, self._frequencies(connection, terms), self._stats(connection))
+
+    @staticmethod
+    def _stats(connection: Connection) -> CorpusStats:
+        chunks, average = connection.execute("SELECT count(*), avg(chars) FROM kb_chunks").fetchone()
+        (documents,) = connection.execute("SELECT count(*) FROM kb_documents").fetchone()
         return CorpusStats(int(chunks), int(documents), float(average or 0.0))
 
-    def candidates(self, terms: QueryTerms, limit: int = CANDIDATE_LIMIT) -> list[CandidateChunk]:
+    def _candidates(self, connection: Connection, terms: QueryTerms, limit: int) -> list[CandidateChunk]:
         found: dict[str, CandidateChunk] = {}
-        with self._connect() as connection:
-            for query, params in self._candidate_queries(terms, limit):
-                for row in connection.execute(query, params):
-                    found.setdefault(row[0], CandidateChunk(*row))
+        for query, params in self._candidate_queries(terms, limit):
+            for row in connection.execute(query, params):
+                found.setdefault(row[0], CandidateChunk(*row))
         return list(found.values())
 
-    def document_frequencies(self, terms: QueryTerms) -> dict[str, int]:
+    def _frequencies(self, connection: Connection, terms: QueryTerms) -> dict[str, int]:
         counts: dict[str, int] = {}
-        with self._connect() as connection:
-            for term, (query, params) in self._frequency_queries(terms):
-                row = connection.execute(query, params).fetchone()
-                counts[term] = int(row[0]) if row else 0
+        for term, (query, params) in self._frequency_queries(terms):
+            row = connection.execute(query, params).fetchone()
+            counts[term] = int(row[0]) if row else 0
         return counts

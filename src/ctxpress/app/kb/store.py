@@ -16,6 +16,19 @@ from ctxpress.app.kb.ranking import CandidateChunk, CorpusStats
 from ctxpress.app.kb.terms import QueryTerms
 
 Origin = Literal["builtin", "user"]
+
+
+@dataclass(frozen=True)
+class SearchReads:
+    """A search's reads: the candidate chunks, and -- when there are any -- term and corpus counts."""
+
+    #: Chunks containing at least one term (those containing all of them first).
+    candidates: list[CandidateChunk]
+    #: How many chunks contain each term (empty when there are no candidates).
+    frequencies: dict[str, int]
+    stats: CorpusStats | None
+
+
 #: Candidate chunks fetched per query strategy (conjunctive, disjunctive, per short term).
 CANDIDATE_LIMIT = 400
 
@@ -74,14 +87,8 @@ class KnowledgeStore(Protocol):
 
     def documents(self) -> list[DocumentRecord]: ...
 
-    def stats(self) -> CorpusStats: ...
-
-    def candidates(self, terms: QueryTerms, limit: int = CANDIDATE_LIMIT) -> list[CandidateChunk]:
-        """Chunks containing at least one term (those containing all of them first)."""
-        ...
-
-    def document_frequencies(self, terms: QueryTerms) -> dict[str, int]:
-        """How many chunks contain each term."""
+    def search_reads(self, terms: QueryTerms, limit: int = CANDIDATE_LIMIT) -> SearchReads:
+        """What ranking needs, read in one transaction (one consistent view, one round of the pool)."""
         ...
 
     @property
