@@ -116,14 +116,10 @@ class EventLog:
         client reconnects with `Last-Event-ID` and continues from there.
         """
         cursor = after
-        run, durable = await self._durable_after(run_id, cursor)
-        if not _executing(run):  # a replay: SQL holds everything there will be, no bus needed
-            for event in durable:
-                self.metrics.live_delivered.labels(source="sql").inc()
-                yield event
-            return
+        # Subscribed before the one read: what is published after the read is on the bus, and the
+        # read (status first) holds everything a finished run will ever have -- a replay needs no
+        # second read, a live stream no read before subscribing.
         async with self.bus.subscribe(run_id) as subscriber:
-            # Again, now that the bus keeps what is published from here on.
             run, durable = await self._durable_after(run_id, cursor)
             catch_up: list[LiveEvent] = list(durable)
             if _executing(run):

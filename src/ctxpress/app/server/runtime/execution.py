@@ -92,6 +92,21 @@ class Outcome:
     interrupts: list[dict[str, Any]] = field(default_factory=list)
 
 
+def run_started_data(run: Run, runtime: AgentRuntime | None) -> dict[str, Any]:
+    """The `run_started` event of a run that has just become running (`runtime`: its agent, None
+    when the agent is not configured -- the executor then fails the run)."""
+    return {
+        "run_id": run.id,
+        "conversation_id": run.conversation_id,
+        "agent": runtime.name if runtime else run.agent_name,
+        "model": runtime.definition.model.label if runtime else None,
+        "builtin_model": runtime.builtin_model if runtime else False,
+        "notice": runtime.notice if runtime else None,
+        "resumed": run.pending_resume is not None,
+        "attempt": run.attempts,
+    }
+
+
 class RunExecutor:
     def __init__(
         self,
@@ -249,20 +264,10 @@ class RunExecutor:
             self.metrics.summary_latency.observe(time.monotonic() - started.pop(level))
 
     async def _start(self, run: Run, runtime: AgentRuntime, mapper: StreamMapper) -> Any:
-        """The graph input; announces `run_started` with the answers to calls left open, atomically.
-        The user's message is in the chat record since intake (`usecases/runs.py`)."""
-        started = {
-            "run_id": run.id,
-            "conversation_id": run.conversation_id,
-            "agent": runtime.name,
-            "model": runtime.definition.model.label,
-            "builtin_model": runtime.builtin_model,
-            "notice": runtime.notice,
-            "resumed": run.pending_resume is not None,
-            "attempt": run.attempts,
-        }
+        """The graph input, and the answers to calls left open (announced atomically). `run_started`
+        was stored when the run became running (`RunWorker.mark_started`); the user's message is in
+        the chat record since intake (`usecases/runs.py`)."""
         if run.pending_resume is not None:
-            await self.events.emit(run.id, events.RUN_STARTED, started)
             interrupt_id = run.pending_resume.get("interrupt_id")
             value = run.pending_resume.get("value")
             return Command(resume={interrupt_id: value} if interrupt_id else value)
@@ -287,8 +292,9 @@ class RunExecutor:
             for call_id, name in _unanswered_tool_calls(kept)
         ]
         user_message = HumanMessage(content=run.input["text"], id=run.input["message_id"])
+        if not patches:
+            return {"messages": [user_message]}
         async with self.database.session() as session:
-            await self.events.append(session, run.id, events.RUN_STARTED, started)
             messages = MessageRepository(session)
             for patch in patches:
                 if await messages.append(run.conversation_id, run.id, patch) is not None:
@@ -347,7 +353,7 @@ class RunExecutor:
                 logger.warning("run %s: no longer held by this worker; result discarded", run.id)
                 return
             # Still holding the lock: no other run or compression of the thread reads its checkpoint.
-            await prune_quietly(self.agents.checkpointer, run.conversation_id)
+            await prune_quietly(self.agents.checkpointer, run.conversation_id, self.metrics)
             if outcome.status == RUN_WAITING_INPUT:
                 runs.wait_for_input(current, outcome.interrupts)
                 for pending in outcome.interrupts:

@@ -17,21 +17,23 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections import Counter
 from datetime import datetime, timedelta
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from ctxpress.app.server.db.engine import Database
-from ctxpress.app.server.db.models import RUN_FAILED, utcnow
+from ctxpress.app.server.db.models import RUN_FAILED, Run, utcnow
 from ctxpress.app.server.metrics import ServiceMetrics
 from ctxpress.app.server.repositories.runs import RunRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.events import EventLog
-from ctxpress.app.server.runtime.execution import ActiveRun, RunExecutor
+from ctxpress.app.server.runtime.execution import ActiveRun, RunExecutor, run_started_data
 from ctxpress.app.server.runtime.locks import try_conversation_lock
 from ctxpress.app.server.runtime.unanswered_calls import LEASE_EXPIRED_ERROR
 
@@ -72,6 +74,11 @@ class RunWorker:
         self._reserved_slots = 0
         self._reserved_by_user: Counter[str] = Counter()
         self._wakeup = asyncio.Event()
+        #: Whether a queued run may be waiting: set by local queueing, cleared by a queue read that
+        #: found nothing left. A finished run re-reads the queue only while it is set; runs queued by
+        #: other processes are found by the timed poll (every `poll_seconds`).
+        self._queue_may_hold_runs = True
+        self._last_recovery = float("-inf")
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
 
@@ -111,6 +118,13 @@ class RunWorker:
         if self._reserved_by_user[user_id] <= 0:
             del self._reserved_by_user[user_id]
 
+    async def mark_started(self, session: AsyncSession, run: Run) -> None:
+        """Make a run `running` here, with its `run_started` event in the same transaction: the event
+        is there (and on every stream) the moment the run is, before the executor does anything."""
+        RunRepository.start(run, self.worker_id, self.lease_deadline())
+        runtime = self.executor.agents.get(run.agent_name)
+        await self.events.append(session, run.id, events.RUN_STARTED, run_started_data(run, runtime))
+
     def launch(self, run_id: str, conversation_id: str, user_id: str) -> None:
         """Execute a run this worker has claimed (consumes a reserved slot)."""
         self._reserved_slots -= 1
@@ -132,8 +146,11 @@ class RunWorker:
             self.metrics.runs_active.set(len(self._active))
             self.nudge()
 
-    def nudge(self) -> None:
-        """Look at the queue now (a run finished, a request was queued, a run was resumed)."""
+    def nudge(self, *, queued: bool = False) -> None:
+        """Look at the queue now: a run finished (a slot is free), or -- `queued` -- a run was queued,
+        resumed or cancelled here, or a conversation freed (its queue head may start)."""
+        if queued:
+            self._queue_may_hold_runs = True
         self._wakeup.set()
 
     def cancel_local(self, run_id: str) -> bool:
@@ -176,12 +193,19 @@ class RunWorker:
 
     async def _poll_loop(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
+            timed_out = False
+            try:
                 await asyncio.wait_for(self._wakeup.wait(), timeout=self.poll_seconds)
+            except TimeoutError:
+                timed_out = True
             self._wakeup.clear()
             try:
-                await self.recover_expired_leases()
-                await self.claim_ready_runs()
+                # Expired leases at most once per poll period, however often local changes wake us.
+                if time.monotonic() - self._last_recovery >= self.poll_seconds:
+                    self._last_recovery = time.monotonic()
+                    await self.recover_expired_leases()
+                if timed_out or self._queue_may_hold_runs:
+                    await self.claim_ready_runs()
             except Exception:
                 logger.exception("worker poll failed; retrying in %.1f s", self.poll_seconds)
 
@@ -202,9 +226,11 @@ class RunWorker:
             return 0
         async with self.database.session() as session:
             # Oldest first, without the users who hold their share already (however long their queue).
-            candidates = await RunRepository(session).ready_queue_heads(
-                limit=free * 2, excluding_owners=self.users_at_limit()
-            )
+            runs = RunRepository(session)
+            candidates = await runs.ready_queue_heads(limit=free * 2, excluding_owners=self.users_at_limit())
+            # Queued runs that cannot start yet (behind a running one, or their user at the limit)
+            # may start when a run ends: keep looking on every finish while any are queued.
+            self._queue_may_hold_runs = bool(candidates) or await runs.count_queued() > 0
         started = 0
         for conversation_id, user_id in candidates:
             if not self.has_free_slot():
@@ -237,7 +263,7 @@ class RunWorker:
             head = await runs.head_of_queue(conversation_id)
             if head is None:
                 return None
-            runs.start(head, self.worker_id, self.lease_deadline())
+            await self.mark_started(session, head)
             return head.id
 
     async def heartbeat(self) -> None:
@@ -289,5 +315,5 @@ class RunWorker:
                     )
                     recovered += 1
         if recovered:
-            self.nudge()
+            self.nudge(queued=True)
         return recovered

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import HumanMessage
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import (
@@ -32,7 +33,13 @@ from ctxpress.app.server.repositories.runs import BusyState, RunRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.agents import AgentRegistry
 from ctxpress.app.server.runtime.events import EventLog
-from ctxpress.app.server.runtime.locks import compressing_refusal, compression_holds, conversation_lock
+from ctxpress.app.server.runtime.locks import (
+    LockedConversation,
+    compressing_refusal,
+    compression_holds,
+    conversation_lock,
+    try_conversation_lock,
+)
 from ctxpress.app.server.runtime.worker import RunWorker
 from ctxpress.app.server.usecases.message_limits import check_message_size
 
@@ -52,6 +59,13 @@ class Intake:
     #: "running" | "waiting_input" | "queued" (conversation busy), "workers_busy" (no free slot) or
     #: "user_run_limit" (the user's share of the slots is taken).
     queued_because: str | None
+
+
+@dataclass
+class _SlotReservation:
+    """Whether intake reserved a worker slot (released again if the intake fails)."""
+
+    held: bool = False
 
 
 class RunService:
@@ -75,57 +89,80 @@ class RunService:
         The message is stored in the chat record in the transaction that accepts the run."""
         if len(text) > self.max_input_chars:
             raise InputTooLongError(f"input is longer than {self.max_input_chars} characters")
-        async with self.database.session() as session:
-            conversation = await ConversationRepository(session).get_owned(conversation_id, user.id)
-            if conversation is None:
-                raise NotFoundError("conversation not found")
-            runtime = self.agents.get(conversation.agent_name)
-            # (`compression_holds` may end the transaction: the row's attributes are read before.)
-            if conversation.compressing_until is not None and await compression_holds(
-                session, conversation_id
-            ):
-                raise compressing_refusal()  # at once; the lock below refuses one claimed meanwhile
-            if runtime is not None:
-                check_message_size(runtime, text)  # before anything is stored
-            # Hand the connection back before waiting for the lock: waiters holding pool
-            # connections starve the holder and every other user (`locks.py`). A manual
-            # compression is not waited for: 409 `thread_busy` (`compressing`) with Retry-After.
-            await session.rollback()
-            slot_reserved = False
-            try:
-                async with conversation_lock(
-                    session, conversation_id, refuse_while_compressing=True
-                ) as locked:
-                    busy = await locked.busy_state()
-                    runs = RunRepository(session)
-                    message = HumanMessage(content=text, id=str(uuid.uuid4()))
-                    run = await runs.add(locked.conversation, input={"text": text, "message_id": message.id})
-                    # In the chat record from the moment it is accepted (S1): a run that never
-                    # starts -- queued, cancelled, or failed after a crash -- still shows it.
-                    await MessageRepository(session).append(conversation_id, run.id, message)
-                    slot_reserved = busy is None and self.worker.reserve_slot(user.id)
-                    position = None
-                    queued_because = None
-                    if slot_reserved:
-                        runs.start(run, self.worker.worker_id, self.worker.lease_deadline())
-                    else:
-                        position = await runs.queue_position(run)
-                        queued_because = busy.reason if busy else self._why_no_slot(user.id)
-                        await self.events.append(
-                            session,
-                            run.id,
-                            events.RUN_QUEUED_EVENT,
-                            {"position": position, "reason": queued_because},
-                        )
-            except BaseException:
-                if slot_reserved:
-                    self.worker.release_slot(user.id)
-                raise
-        if slot_reserved:
-            self.worker.launch(run.id, conversation_id, user.id)
+        slot = _SlotReservation()
+        try:
+            async with self.database.session() as session:
+                intake: Intake | None = None
+                # Usually the lock is free: check, store and start in that one transaction.
+                async with try_conversation_lock(session, conversation_id) as locked:
+                    if locked is not None:
+                        if locked.conversation.owner_id != user.id:
+                            raise NotFoundError("conversation not found")
+                        self._check_size(locked.conversation.agent_name, text)
+                        intake = await self._accept(locked, user, text, slot)
+                if intake is None:
+                    intake = await self._submit_to_held_conversation(
+                        session, user, conversation_id, text, slot
+                    )
+        except BaseException:
+            if slot.held:
+                self.worker.release_slot(user.id)
+            raise
+        if intake.started:  # committed as started: it runs here
+            self.worker.launch(intake.run.id, conversation_id, user.id)
         else:
-            self.worker.nudge()
-        return Intake(run, slot_reserved, position, queued_because)
+            self.worker.nudge(queued=True)
+        return intake
+
+    async def _submit_to_held_conversation(
+        self, session: AsyncSession, user: User, conversation_id: str, text: str, slot: _SlotReservation
+    ) -> Intake:
+        """The lock is held (a run starting or ending, a manual compression): look first, then wait."""
+        conversation = await ConversationRepository(session).get_owned(conversation_id, user.id)
+        if conversation is None:
+            raise NotFoundError("conversation not found")
+        agent_name = conversation.agent_name
+        # (`compression_holds` may end the transaction: the row's attributes are read before.)
+        if conversation.compressing_until is not None and await compression_holds(session, conversation_id):
+            raise compressing_refusal()  # at once; the lock below refuses one claimed meanwhile
+        self._check_size(agent_name, text)  # before anything is stored
+        # Hand the connection back before waiting for the lock: waiters holding pool
+        # connections starve the holder and every other user (`locks.py`). A manual
+        # compression is not waited for: 409 `thread_busy` (`compressing`) with Retry-After.
+        await session.rollback()
+        async with conversation_lock(session, conversation_id, refuse_while_compressing=True) as locked:
+            return await self._accept(locked, user, text, slot)
+
+    def _check_size(self, agent_name: str, text: str) -> None:
+        runtime = self.agents.get(agent_name)
+        if runtime is not None:
+            check_message_size(runtime, text)
+
+    async def _accept(
+        self, locked: LockedConversation, user: User, text: str, slot: _SlotReservation
+    ) -> Intake:
+        """Store the message and its run under the lock; mark it started when the conversation is
+        idle and a slot is free (`slot` records the reservation), else queue it (its `run_queued`
+        event says why). The caller's lock block commits; the caller launches a started run."""
+        session = locked.session
+        conversation_id = locked.conversation.id
+        busy = await locked.busy_state()
+        runs = RunRepository(session)
+        message = HumanMessage(content=text, id=str(uuid.uuid4()))
+        run = await runs.add(locked.conversation, input={"text": text, "message_id": message.id})
+        # In the chat record from the moment it is accepted (S1): a run that never
+        # starts -- queued, cancelled, or failed after a crash -- still shows it.
+        await MessageRepository(session).append(conversation_id, run.id, message)
+        slot.held = busy is None and self.worker.reserve_slot(user.id)
+        if slot.held:
+            await self.worker.mark_started(session, run)
+            return Intake(run, True, None, None)
+        position = await runs.queue_position(run)
+        queued_because = busy.reason if busy else self._why_no_slot(user.id)
+        await self.events.append(
+            session, run.id, events.RUN_QUEUED_EVENT, {"position": position, "reason": queued_because}
+        )
+        return Intake(run, False, position, queued_because)
 
     def _why_no_slot(self, user_id: str) -> str:
         return USER_RUN_LIMIT if self.worker.user_at_limit(user_id) else WORKERS_BUSY
@@ -155,7 +192,7 @@ class RunService:
                     current.interrupts = None
                     slot_reserved = self.worker.reserve_slot(user.id)
                     if slot_reserved:
-                        runs.start(current, self.worker.worker_id, self.worker.lease_deadline())
+                        await self.worker.mark_started(session, current)
                     else:
                         current.status = RUN_QUEUED  # still first of its conversation's queue
                     run = current
@@ -166,7 +203,7 @@ class RunService:
         if slot_reserved:
             self.worker.launch(run.id, run.conversation_id, user.id)
         else:
-            self.worker.nudge()
+            self.worker.nudge(queued=True)
         return run
 
     async def cancel(self, user: User, run_id: str) -> Run:
@@ -191,7 +228,7 @@ class RunService:
             # Executing here: stopped now. Elsewhere: announced on the live bus (with Redis, the
             # executing process stops it at once); the flag is seen at its next heartbeat anyway.
             await self.events.bus.request_cancel(run_id)
-        self.worker.nudge()
+        self.worker.nudge(queued=True)  # the conversation's next queued run may start now
         return run
 
     async def get_owned(self, user: User, run_id: str) -> Run:
