@@ -18,11 +18,14 @@ The policy is replaceable: `BuiltinChatModel(policy=…)` with any `ReplyPolicy`
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.exceptions import ContextOverflowError
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.base import LangSmithParams
@@ -45,6 +48,9 @@ from ctxpress.app.models.reply import (
 from ctxpress.app.models.summary_writer import looks_like_summary_prompt, write_summary
 from ctxpress.tokens import TokenCounter, estimate_tokens
 
+#: What a call's run manager tells the model (sync or async alike): its tags and metadata.
+CallTags = CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun
+
 DEFAULT_CONTEXT_WINDOW = 131_072
 STREAM_CHUNK_CHARS = 8
 #: The tag the compression middleware puts on its summary call (`summary_call_config`).
@@ -64,6 +70,11 @@ class BuiltinChatModel(BaseChatModel):
     token_profile: str = "default"
     # Counts each request's input; its own caches keep that cheap across the calls of a conversation.
     _token_counter: TokenCounter = PrivateAttr(default_factory=TokenCounter)
+    #: Where async calls compute their replies: one thread, so concurrent runs never have more than
+    #: one CPU-bound thread of this model contending with the event loop for the GIL.
+    _cpu_thread: ThreadPoolExecutor = PrivateAttr(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxpress-builtin-model")
+    )
 
     @model_validator(mode="after")
     def _describe_profile(self) -> BuiltinChatModel:
@@ -111,6 +122,43 @@ class BuiltinChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
+        yield from self._chunks(messages, run_manager, kwargs)
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return generate_from_stream(iter(await self._chunks_in_thread(messages, run_manager, kwargs)))
+
+    async def _chunks_in_thread(
+        self, messages: list[BaseMessage], run_manager: CallTags | None, kwargs: dict[str, Any]
+    ) -> list[ChatGenerationChunk]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._cpu_thread, functools.partial(self._chunks, messages, run_manager, kwargs)
+        )
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        # The reply is CPU work: computed in one hop to this model's own thread, then streamed from
+        # the event loop. (LangChain's default would hop to the shared pool for every chunk, and
+        # many runs' CPU-bound threads would keep the event loop -- every HTTP request and stream
+        # of the process -- waiting for the GIL.)
+        for chunk in await self._chunks_in_thread(messages, run_manager, kwargs):
+            yield chunk
+
+    def _chunks(
+        self, messages: list[BaseMessage], run_manager: CallTags | None, kwargs: dict[str, Any]
+    ) -> list[ChatGenerationChunk]:
+        """The whole reply as the chunks a stream yields: text, tool calls, then usage."""
         tools: list[dict[str, Any]] = list(kwargs.get("tools") or [])
         input_tokens = self._token_counter.count_request(messages, None, tools, self.token_profile)
         if input_tokens > self.context_window:
@@ -120,12 +168,14 @@ class BuiltinChatModel(BaseChatModel):
                 f"messages resulted in {input_tokens} tokens."
             )
         reply = self._reply(messages, tools, run_manager)
-        for start in range(0, len(reply.text), STREAM_CHUNK_CHARS):
-            yield ChatGenerationChunk(
+        chunks = [
+            ChatGenerationChunk(
                 message=AIMessageChunk(content=reply.text[start : start + STREAM_CHUNK_CHARS])
             )
+            for start in range(0, len(reply.text), STREAM_CHUNK_CHARS)
+        ]
         if reply.tool_calls:
-            chunks = [
+            calls = [
                 tool_call_chunk(
                     name=call["name"],
                     args=json.dumps(call["args"], ensure_ascii=False),
@@ -134,29 +184,32 @@ class BuiltinChatModel(BaseChatModel):
                 )
                 for i, call in enumerate(reply.tool_calls)
             ]
-            yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=chunks))
+            chunks.append(ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=calls)))
         output_tokens = estimate_tokens(reply.text, self.token_profile) + sum(
             estimate_tokens(json.dumps(call["args"], ensure_ascii=False), self.token_profile)
             for call in reply.tool_calls
         )
-        yield ChatGenerationChunk(
-            message=AIMessageChunk(
-                content="",
-                usage_metadata={
-                    "input_tokens": input_tokens,
-                    "output_tokens": output_tokens,
-                    "total_tokens": input_tokens + output_tokens,
-                },
-                response_metadata={"model_name": self.model_name, "model_provider": BUILTIN_PROVIDER},
-                chunk_position="last",
+        chunks.append(
+            ChatGenerationChunk(
+                message=AIMessageChunk(
+                    content="",
+                    usage_metadata={
+                        "input_tokens": input_tokens,
+                        "output_tokens": output_tokens,
+                        "total_tokens": input_tokens + output_tokens,
+                    },
+                    response_metadata={"model_name": self.model_name, "model_provider": BUILTIN_PROVIDER},
+                    chunk_position="last",
+                )
             )
         )
+        return chunks
 
     def _reply(
         self,
         messages: list[BaseMessage],
         tools: list[dict[str, Any]],
-        run_manager: CallbackManagerForLLMRun | None,
+        run_manager: CallTags | None,
     ) -> BuiltinReply:
         if is_summary_call(messages, run_manager):
             return BuiltinReply(write_summary(messages[-1].text, BUILTIN_LABEL))
@@ -164,7 +217,7 @@ class BuiltinChatModel(BaseChatModel):
         return self.policy.reply(messages, tool_names)
 
 
-def is_summary_call(messages: Sequence[BaseMessage], run_manager: CallbackManagerForLLMRun | None) -> bool:
+def is_summary_call(messages: Sequence[BaseMessage], run_manager: CallTags | None) -> bool:
     """The compression middleware's summary request: tagged so, or (untraced) shaped so."""
     if run_manager is not None:
         key, value = SUMMARY_CALL_METADATA
