@@ -286,6 +286,41 @@ def test_summary_text_in_the_chat_record_is_found(offline_service: tuple[LiveSer
     assert summary.split("\n\n", 1)[1].startswith(BUILTIN_LABEL)
 
 
+def test_summary_text_announced_on_a_run_stream_is_found(
+    offline_service: tuple[LiveServer, Settings, str],
+) -> None:
+    """Streamed text lives only as the stored `message` events that replace the live deltas (issue
+    17): summary text announced there is a leak to the front end (S21) even when the chat record
+    itself is clean."""
+    server, settings, token = offline_service
+    conversation_id = create_conversation(server.client(token))
+    run_id = ""
+    for question in SEARCHES:
+        streamed = turn(server, token, conversation_id, question)
+        run_id = next(e.data["run_id"] for e in streamed if e.type == "run_started")
+        if any(e.type == "context_compression" and e.data["level"] == "l2" for e in streamed):
+            break
+    state = server.call(
+        server.services.conversations.agent_state(server.call(_conversation(server, conversation_id)))
+    )
+    summary = state.values["_summarization_event"]["summary_message"]["data"]["content"]
+    assert doctor(settings, conversation_id).finding("summary_in_front_end").status == "ok"
+
+    async def announce_the_summary() -> None:
+        async with server.services.database.session() as session:
+            await server.services.events.append(
+                session,
+                run_id,
+                events.MESSAGE,
+                {"message_id": "leaked", "role": "assistant", "content": summary.split("\n\n", 1)[1]},
+            )
+            await session.commit()
+
+    server.call(announce_the_summary())
+    finding = doctor(settings, conversation_id).finding("summary_in_front_end")
+    assert finding.status == "problem" and "message events" in finding.summary, finding
+
+
 async def _conversation(server: LiveServer, conversation_id: str) -> Conversation:
     async with server.services.database.session() as session:
         conversation = await session.get(Conversation, conversation_id)

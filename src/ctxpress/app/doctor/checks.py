@@ -18,7 +18,7 @@ from ctxpress.app.doctor.snapshot import ConversationSnapshot, RunFacts, StoredE
 from ctxpress.app.models.reply import BUILTIN_LABEL
 from ctxpress.app.server.db.models import RUN_QUEUED, RUN_RUNNING, RUN_WAITING_INPUT
 from ctxpress.app.server.errors import ErrorCode
-from ctxpress.app.server.runtime.events import ERROR, MESSAGE_DELTA, RUN_FINISHED
+from ctxpress.app.server.runtime.events import ERROR, MESSAGE, RUN_FINISHED
 from ctxpress.compaction import CompactionCache, compact_view
 from ctxpress.compaction.content import content_text
 from ctxpress.events import COMPLETED, CONTEXT_COMPRESSION, CONTEXT_PRESSURE, FAILED, L2, STARTED
@@ -380,7 +380,7 @@ def _overflow_errors(snapshot: ConversationSnapshot) -> list[str]:
 
 
 def check_summary_in_front_end(snapshot: ConversationSnapshot, _window: int | None = None) -> Finding:
-    """S21: the internal summary call must never reach the chat record or the streamed deltas."""
+    """S21: the internal summary call must never reach the chat record or what a stream showed."""
     probes = [SUMMARY_MARKER, *SUMMARY_TITLES]
     event = snapshot.summarization_event
     if event is not None:
@@ -397,18 +397,18 @@ def check_summary_in_front_end(snapshot: ConversationSnapshot, _window: int | No
         for message in snapshot.messages
         if message.role == "assistant" and any(probe in message.content for probe in probes)
     ]
-    deltas = 0
+    # What a stream showed: deltas are live only (never stored); the stored `message` events that
+    # replace them carry the same complete text.
+    announced = 0
     for run in snapshot.runs:
-        streamed: dict[str, str] = {}
-        for delta in run.events_of(MESSAGE_DELTA):
-            deltas += 1
-            key = str(delta.data.get("message_id"))
-            streamed[key] = streamed.get(key, "") + str(delta.data.get("delta", ""))
-        leaks.extend(
-            f"run {run.id} streamed summary text as message {message_id} (message_delta events)"
-            for message_id, text in streamed.items()
-            if any(probe in text for probe in probes)
-        )
+        for stored in run.events_of(MESSAGE):
+            announced += 1
+            text = str(stored.data.get("content", ""))
+            if any(probe in text for probe in probes):
+                leaks.append(
+                    f"run {run.id} announced summary text as message {stored.data.get('message_id')} "
+                    "(message events)"
+                )
     if leaks:
         return Finding(
             "summary_in_front_end",
@@ -423,7 +423,8 @@ def check_summary_in_front_end(snapshot: ConversationSnapshot, _window: int | No
     return Finding(
         "summary_in_front_end",
         "ok",
-        f"no summary text in the chat record ({len(snapshot.messages)} messages) or in the streamed deltas ({deltas})",
+        f"no summary text in the chat record ({len(snapshot.messages)} messages) or in the messages "
+        f"streams announced ({announced})",
     )
 
 
