@@ -91,11 +91,21 @@ class ServiceMetrics:
             "L2 compressions that failed or completed without a model summary.",
             registry=r,
         )
+        self.checkpoint_prunes = Counter(
+            "ctxpress_checkpoint_prunes",
+            "Prunes of a conversation's checkpoints to its latest one, by outcome (done, failed).",
+            ["outcome"],
+            registry=r,
+        )
         self.checkpoints_pruned = Counter(
-            "ctxpress_checkpoints_pruned", "Checkpoints removed by pruning.", registry=r
+            "ctxpress_checkpoints_pruned",
+            "Checkpoints removed by pruning (SQLite; PostgreSQL's saver does not report them).",
+            registry=r,
         )
         self.checkpoint_bytes_pruned = Counter(
-            "ctxpress_checkpoint_bytes_pruned", "Bytes of checkpoints removed by pruning.", registry=r
+            "ctxpress_checkpoint_bytes_pruned",
+            "Bytes of checkpoints and their writes removed by pruning (SQLite; as above).",
+            registry=r,
         )
 
     def checkpoint_pruned(self, checkpoints: int, bytes_freed: int) -> None:

@@ -15,6 +15,15 @@ from typing import Any, Final
 import aiosqlite
 from psycopg import AsyncConnection
 
+
+@dataclass(frozen=True)
+class PrunedRows:
+    """What a prune removed: checkpoints, and the bytes of their payloads and pending writes."""
+
+    checkpoints: int
+    bytes: int
+
+
 #: The latest checkpoint of each namespace of a thread (the one `aget_tuple` loads without an id).
 _SQLITE_LATEST: Final = (
     "SELECT checkpoint_ns, max(checkpoint_id) FROM checkpoints WHERE thread_id = ? GROUP BY checkpoint_ns"
@@ -25,6 +34,15 @@ _SQLITE_KEEP_LATEST: Final[tuple[str, ...]] = (
     f"DELETE FROM checkpoints WHERE thread_id = ? AND (checkpoint_ns, checkpoint_id) NOT IN ({_SQLITE_LATEST})",
     # A kept checkpoint names no deleted parent (as the PostgreSQL saver's `keep_latest` leaves it).
     "UPDATE checkpoints SET parent_checkpoint_id = NULL WHERE thread_id = ? AND parent_checkpoint_id IS NOT NULL",
+)
+#: What the deletes of `_SQLITE_KEEP_LATEST` remove: checkpoints, and their bytes with their writes'.
+_SQLITE_PRUNABLE: Final = (
+    "SELECT (SELECT count(*) FROM checkpoints WHERE thread_id = ?"
+    f"   AND (checkpoint_ns, checkpoint_id) NOT IN ({_SQLITE_LATEST})),"
+    " (SELECT coalesce(sum(length(checkpoint) + length(metadata)), 0) FROM checkpoints WHERE thread_id = ?"
+    f"   AND (checkpoint_ns, checkpoint_id) NOT IN ({_SQLITE_LATEST}))"
+    " + (SELECT coalesce(sum(length(value)), 0) FROM writes WHERE thread_id = ?"
+    f"   AND (checkpoint_ns, checkpoint_id) NOT IN ({_SQLITE_LATEST}))"
 )
 _SQLITE_THREAD_BYTES: Final = (
     "SELECT (SELECT coalesce(sum(length(checkpoint) + length(metadata)), 0) FROM checkpoints WHERE thread_id = ?)"
@@ -67,15 +85,22 @@ class SqliteCheckpointRows:
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self.conn = conn
 
-    async def keep_latest(self, thread_id: str) -> None:
-        """Delete all but the latest checkpoint of each namespace of the thread, in one transaction."""
+    async def keep_latest(self, thread_id: str) -> PrunedRows:
+        """Delete all but the latest checkpoint of each namespace of the thread, in one transaction;
+        returns what went (counted in the same transaction, before the deletes)."""
         try:
+            async with self.conn.execute(
+                _SQLITE_PRUNABLE, (thread_id,) * _SQLITE_PRUNABLE.count("?")
+            ) as cursor:
+                row = await cursor.fetchone()
+            pruned = PrunedRows(int(row[0]), int(row[1])) if row else PrunedRows(0, 0)
             for statement in _SQLITE_KEEP_LATEST:
                 await self.conn.execute(statement, (thread_id,) * statement.count("?"))
         except BaseException:
             await self.conn.rollback()
             raise
         await self.conn.commit()
+        return pruned
 
     async def reclaim_space(self, *, min_free_pages: int, max_log_bytes: int) -> None:
         """Give the freed pages back to the file system (needs `auto_vacuum = INCREMENTAL`) once at

@@ -35,8 +35,10 @@ from typing import Any, Final
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from ctxpress.app.server.db.engine import Database
+from ctxpress.app.server.metrics import ServiceMetrics
 from ctxpress.app.server.repositories.checkpoint_rows import (
     PostgresCheckpointRows,
+    PrunedRows,
     SqliteCheckpointRows,
     ThreadStorage,
 )
@@ -56,30 +58,39 @@ KEEP_LATEST: Final = "keep_latest"
 SQLITE_RECLAIM_MIN_FREE_PAGES: Final = 1024
 
 
-async def prune_thread(checkpointer: BaseCheckpointSaver[Any], thread_id: str) -> None:
-    """Keep only the thread's latest checkpoint (per namespace) and its pending writes. Savers other
-    than the service's two (none in the service) are left as they are."""
+async def prune_thread(checkpointer: BaseCheckpointSaver[Any], thread_id: str) -> PrunedRows | None:
+    """Keep only the thread's latest checkpoint (per namespace) and its pending writes; returns what
+    went where the saver can tell (SQLite; PostgreSQL's `aprune` reports nothing: None). Savers
+    other than the service's two (none in the service) are left as they are."""
     forget_scoped_reads()
     if isinstance(checkpointer, ServicePostgresSaver):
         await checkpointer.aprune([thread_id], strategy=KEEP_LATEST)
-        return
+        return None
     if not isinstance(checkpointer, ServiceSqliteSaver):
-        return
+        return None
     async with checkpointer.lock:
         rows = SqliteCheckpointRows(checkpointer.conn)
-        await rows.keep_latest(thread_id)
+        pruned = await rows.keep_latest(thread_id)
         await rows.reclaim_space(
             min_free_pages=SQLITE_RECLAIM_MIN_FREE_PAGES, max_log_bytes=SQLITE_JOURNAL_SIZE_LIMIT
         )
+    return pruned
 
 
-async def prune_quietly(checkpointer: BaseCheckpointSaver[Any], thread_id: str) -> None:
-    """`prune_thread`, logging a failure instead of raising: the run or compression that calls it has
-    already succeeded, and the next one prunes again."""
+async def prune_quietly(
+    checkpointer: BaseCheckpointSaver[Any], thread_id: str, metrics: ServiceMetrics
+) -> None:
+    """`prune_thread`, counted in the metrics, logging a failure instead of raising: the run or
+    compression that calls it has already succeeded, and the next one prunes again."""
     try:
-        await prune_thread(checkpointer, thread_id)
+        pruned = await prune_thread(checkpointer, thread_id)
     except Exception:
+        metrics.checkpoint_prunes.labels(outcome="failed").inc()
         logger.exception("pruning the checkpoints of %s failed; the next run tries again", thread_id)
+        return
+    metrics.checkpoint_prunes.labels(outcome="done").inc()
+    if pruned is not None:
+        metrics.checkpoint_pruned(pruned.checkpoints, pruned.bytes)
 
 
 async def thread_storage(checkpointer: BaseCheckpointSaver[Any], thread_id: str) -> ThreadStorage:
@@ -105,10 +116,12 @@ class BackgroundPruner:
         self,
         database: Database,
         checkpointer: BaseCheckpointSaver[Any],
+        metrics: ServiceMetrics,
         on_released: Callable[[], None] = lambda: None,
     ) -> None:
         self.database = database
         self.checkpointer = checkpointer
+        self.metrics = metrics
         self.on_released = on_released
         self._tasks: set[asyncio.Task[bool]] = set()
 
@@ -126,7 +139,7 @@ class BackgroundPruner:
             ):
                 if locked is None:
                     return False
-                await prune_quietly(self.checkpointer, conversation_id)
+                await prune_quietly(self.checkpointer, conversation_id, self.metrics)
         except Exception:
             logger.exception("pruning the checkpoints of %s in the background failed", conversation_id)
             return False

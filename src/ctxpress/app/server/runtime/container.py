@@ -212,7 +212,7 @@ async def open_services(
             metrics=metrics,
         )
         bus.on_cancel(worker.cancel_local)
-        pruner = BackgroundPruner(database, checkpointer, on_released=worker.nudge)
+        pruner = BackgroundPruner(database, checkpointer, metrics, on_released=worker.nudge)
         # Runs after the worker stops (callbacks run last-in first-out), before the databases close.
         stack.push_async_callback(pruner.wait)
         services = Services(
