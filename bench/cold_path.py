@@ -25,7 +25,7 @@ from ctxpress.compaction.content import content_text
 from ctxpress.tokens import TokenCounter
 from ctxpress.tokens import features as features_module
 
-CLASS_TABLE = np.frombuffer(features_module._CLASS_TABLE, dtype=np.uint8)
+CLASS_TABLE = np.frombuffer(features_module.CLASS_TABLE, dtype=np.uint8)
 
 
 def numpy_class_counts(text: str) -> tuple[Any, Any]:

@@ -108,13 +108,17 @@ class MessageMemo:
         messages: Sequence[BaseMessage],
         count_message: Callable[[BaseMessage, _Context], int],
         context: _Context,
+        prefetch: Callable[[Sequence[BaseMessage], _Context], None] | None = None,
     ) -> int:
         """Sum of the counts of `messages`, each taken from the memo when its fields are unchanged,
         else `count_message(message, context)` remembered now. The young generation's latest slot
-        is checked inline: this loop is the middleware's warm path."""
+        is checked inline: this loop is the middleware's warm path. The others are counted after
+        it, once `prefetch(those messages, context)` (when given) has prepared what they share: a
+        first sight of a thread counts its texts in one batch."""
         recent = self.young.get
         getter_of = self.getters.get
         total = 0
+        pending: list[tuple[Hashable, BaseMessage, tuple[Any, ...]]] = []
         for message in messages:
             fields = (getter_of(message.__class__) or self._getter(message.__class__))(message)
             key = message.id or id(message)
@@ -124,7 +128,11 @@ class MessageMemo:
                 if entry[0] is not message:  # an equal copy (a checkpoint reload)
                     self.adopt(key, message, fields, entry)
             else:
-                total += self.count(key, message, fields, count_message, context)
+                pending.append((key, message, fields))
+        if pending and prefetch is not None:
+            prefetch([message for _, message, _ in pending], context)
+        for pending_key, message, fields in pending:
+            total += self.count(pending_key, message, fields, count_message, context)
         return total
 
     def _getter(self, message_class: type) -> FieldsGetter:
