@@ -4,8 +4,9 @@ A thread seen for the first time has hundreds of texts, most of them short, and 
 (``features.text_features``) costs a dozen C calls per text whatever its length: on a 350-message
 thread that fixed cost is most of the scan. With numpy installed, ``texts_features`` joins the
 texts' UTF-8 bytes (separated by a continuation byte, which no counted class or run crosses), scans
-the joined buffer once, and cuts each count at the text boundaries with ``searchsorted``: about two
-dozen numpy calls for the whole batch, then one ``tolist``. The derived features (letters, ideographs,
+the joined buffer once, and sums each count per text with ``np.add.reduceat``: about two dozen numpy
+calls for the whole batch, then one ``tolist``. Texts of ``BATCH_MAX_BYTES`` or more are scanned
+alone (numpy's whole-buffer counts are cheaper per byte than per-text sums). The derived features (letters, ideographs,
 CJK punctuation, ...) follow the same arithmetic as ``features.assemble_features``, as whole
 columns. Without numpy, or for a handful of texts, it is ``text_features`` per text. Both give the
 same tuples (tests/test_token_features_batch.py checks them against each other).
@@ -19,11 +20,12 @@ from typing import Any, Final
 from ctxpress.tokens.features import (
     ALL_COUNTED,
     CLASS_TABLE,
+    NUMPY_MIN_BYTES,
     RUNS_COUNTED,
     text_features,
 )
 
-__all__ = ["BATCH_MIN_TEXTS", "NUMPY_TEXTS_FEATURES", "texts_features"]
+__all__ = ["BATCH_MAX_BYTES", "BATCH_MIN_TEXTS", "NUMPY_TEXTS_FEATURES", "texts_features"]
 
 #: Texts from which `texts_features` scans them as one buffer (with numpy): below it, the numpy
 #: calls' fixed cost outweighs the per-text calls they save.
@@ -38,17 +40,29 @@ _SEPARATOR: Final = b"\x80"
 # pairs), and the `\\u` of a JSON escape.
 _PAIRS: Final = ((0xE3, 0x80), (0xEF, 0xBC), (0xEF, 0xBD), (0x5C, 0x75))
 
-# A mask with fewer than one True in this many bytes is cut by its positions, a denser one summed.
-_SPARSE_SHARE: Final = 8
+#: Texts of at least this many UTF-8 bytes are left out of the batch and scanned alone (numpy's
+#: whole-buffer counts, `features.text_features`): per byte, a per-text sum in the batch costs
+#: several times a whole-buffer count, so the batch only pays off where the fixed cost dominates.
+BATCH_MAX_BYTES: Final = NUMPY_MIN_BYTES
 
-TextsFeatures = Callable[[Sequence[str]], list[tuple[int, ...]]]
+#: (texts, their UTF-8 encodings with surrogatepass, each shorter than BATCH_MAX_BYTES) -> features
+TextsFeatures = Callable[[Sequence[str], Sequence[bytes]], list[tuple[int, ...]]]
 
 
 def texts_features(texts: Sequence[str]) -> list[tuple[int, ...]]:
-    """`text_features` of each of `texts`, in order."""
+    """`text_features` of each of `texts`, in order: the short ones in one batch (with numpy)."""
     if NUMPY_TEXTS_FEATURES is None or len(texts) < BATCH_MIN_TEXTS:
         return [text_features(text) for text in texts]
-    return NUMPY_TEXTS_FEATURES(texts)
+    datas = [text.encode("utf-8", "surrogatepass") for text in texts]
+    short = [index for index, data in enumerate(datas) if len(data) < BATCH_MAX_BYTES]
+    features: list[tuple[int, ...]] = [() for _ in texts]
+    batch = NUMPY_TEXTS_FEATURES([texts[index] for index in short], [datas[index] for index in short])
+    for index, text_features_of_index in zip(short, batch, strict=True):
+        features[index] = text_features_of_index
+    for index, data in enumerate(datas):
+        if len(data) >= BATCH_MAX_BYTES:
+            features[index] = text_features(texts[index])
+    return features
 
 
 def _numpy_texts_features() -> TextsFeatures | None:
@@ -58,15 +72,15 @@ def _numpy_texts_features() -> TextsFeatures | None:
     except ImportError:
         return None
 
-    def numpy_texts_features(texts: Sequence[str]) -> list[tuple[int, ...]]:
+    def numpy_texts_features(texts: Sequence[str], datas: Sequence[bytes]) -> list[tuple[int, ...]]:
         if not texts:
             return []
-        datas = [text.encode("utf-8", "surrogatepass") for text in texts]
         joined = _SEPARATOR.join([*datas, b""])  # every text followed by a separator
         raw = np.frombuffer(joined, dtype=np.uint8)
         classes = np.frombuffer(joined.translate(CLASS_TABLE), dtype=np.uint8)
         sizes = np.fromiter(map(len, datas), dtype=np.int64, count=len(datas))
         chars = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        sum_type = np.int16 if int(sizes.max()) < np.iinfo(np.int16).max else np.int64
         starts = np.cumsum(sizes + 1) - (sizes + 1)  # text k spans [starts[k], starts[k] + sizes[k])
         run_starts = np.empty_like(classes)  # never empty: it holds the separators
         run_starts[0] = classes[0]
@@ -74,12 +88,9 @@ def _numpy_texts_features() -> TextsFeatures | None:
 
         def per_text(mask: Any) -> Any:
             """How many True of `mask` (aligned with the joined buffer) fall in each text (a text's
-            slice also holds the separator after it, which is never counted). A sparse mask is cut
-            at the text starts by `searchsorted` over its positions; a dense one summed per text."""
-            found = int(np.count_nonzero(mask))
-            if found * _SPARSE_SHARE <= len(mask):
-                return np.diff(np.searchsorted(np.flatnonzero(mask), starts), append=found)
-            return np.add.reduceat(mask.view(np.uint8), starts, dtype=np.int64)
+            slice also holds the separator after it, which is never counted); 16-bit sums, as no
+            text of the batch reaches BATCH_MAX_BYTES (64-bit ones should a caller pass longer)."""
+            return np.add.reduceat(mask.view(np.uint8), starts, dtype=sum_type).astype(np.int64)
 
         pair_mask = np.zeros(len(raw), dtype=bool)
 
