@@ -66,10 +66,15 @@ def _freeze(value: Any) -> Hashable:
         return ("repr", repr(value))
 
 
+# What `json.dumps(value, ensure_ascii=False, default=str)` builds on every call; it keeps no state
+# between calls.
+_PROVIDER_JSON: Final = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
 def provider_json(value: Any) -> str:
     """`value` as JSON the way providers receive tool arguments and schemas (langchain-openai:
     ensure_ascii=False)."""
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return _PROVIDER_JSON.encode(value)
 
 
 _SCALAR_TYPES: Final = frozenset({str, int, float, bool, type(None)})
