@@ -280,7 +280,7 @@ def prefetch_texts(messages: Sequence[BaseMessage], cache: EstimateCache) -> Non
     if cache.count_texts is None:
         return  # a real tokenizer's counts: nothing to batch
     texts: dict[str, None] = {}  # missing plain texts, once each, in order
-    calls: list[tuple[tuple[Any, ...], str, str]] = []  # (cache key, name, JSON arguments) of missing calls
+    calls: list[tuple[tuple[Any, ...], str, Any, Any, str]] = []  # missing: key, name, id, args, JSON
     kind_of = cache.message_kinds.get
     lookup = cache.get
     for message in messages:
@@ -295,19 +295,24 @@ def prefetch_texts(messages: Sequence[BaseMessage], cache: EstimateCache) -> Non
                 texts[message.tool_call_id] = None  # type: ignore[attr-defined]
         elif kind == _AI:
             for call in message.tool_calls:  # type: ignore[attr-defined]
-                name, arguments = call["name"], call["args"]
-                call_key = tool_call_key(name, call.get("id"), arguments)
+                name, arguments, call_id = call["name"], call["args"], call.get("id")
+                call_key = tool_call_key(name, call_id, arguments)
                 if lookup(call_key) is None:
                     text = arguments if isinstance(arguments, str) else provider_json(arguments)
-                    calls.append((call_key, name, text))
-    batch = [*texts, *(part for _, name, text in calls for part in (name, text))]
+                    calls.append((call_key, name, call_id, arguments, text))
+    batch = [*texts, *(part for _, name, _, _, text in calls for part in (name, text))]
     if len(batch) < PREFETCH_MIN_TEXTS:
         return  # a few texts: counting them one by one costs less than gathering them
     tokens = cache.count_texts(batch)
     entries: list[tuple[Hashable, int]] = list(zip(texts, tokens, strict=False))
     parts = iter(tokens[len(texts) :])
-    for key, name_tokens, arguments_tokens in zip((call[0] for call in calls), parts, parts, strict=True):
-        entries.append((key, TOOL_CALL_OVERHEAD_TOKENS + name_tokens + arguments_tokens))
+    for (key, name, call_id, arguments, _), name_tokens, arguments_tokens in zip(
+        calls, parts, parts, strict=True
+    ):
+        call_tokens = TOOL_CALL_OVERHEAD_TOKENS + name_tokens + arguments_tokens
+        entries.append((key, call_tokens))
+        if len(key) == 5:  # flat scalar arguments: recognised by identity, as `_tool_call_tokens` does
+            cache.remember_flat_call(arguments, name, call_id, call_tokens)
     cache.put_many(entries)  # a call met twice in this batch is kept once
 
 
