@@ -6,9 +6,9 @@ thread that fixed cost is most of the scan. With numpy installed, ``texts_featur
 texts' UTF-8 bytes (separated by a continuation byte, which no counted class or run crosses), scans
 the joined buffer once, and sums each count per text with ``np.add.reduceat``: about two dozen numpy
 calls for the whole batch, then one ``tolist``. Texts of ``BATCH_MAX_BYTES`` or more are scanned
-alone (numpy's whole-buffer counts are cheaper per byte than per-text sums). The derived features (letters, ideographs,
-CJK punctuation, ...) follow the same arithmetic as ``features.assemble_features``, as whole
-columns. Without numpy, or for a handful of texts, it is ``text_features`` per text. Both give the
+alone (numpy's whole-buffer counts are cheaper per byte than per-text sums). The derived features
+(letters, ideographs, CJK punctuation, ...) follow the same arithmetic as
+``features.assemble_features``, as whole columns. Without numpy, or for a handful of texts, it is ``text_features`` per text. Both give the
 same tuples (tests/test_token_features_batch.py checks them against each other).
 """
 
