@@ -2,98 +2,153 @@
 
     .venv/bin/python bench/cold_path.py
 
-On the 100K-token thread of `bench/middleware_overhead.py` it times, median of runs:
-- the cold count (new message objects, empty `TokenCounter`) and the same with the byte-class scan
-  replaced by a constant (what the per-text bookkeeping costs without the scan);
-- a reload count (new objects, warm counter), and `count_tokens_approximately` (the peers' chars/4);
-- the scan (`text_features`) against a numpy version of it (class table lookup, `bincount`, run
-  starts by `not_equal`) per text size: whether numpy is worth an optional fast path.
+On the 100K-token thread of `bench/middleware_overhead.py` it times, round-robin, median of runs:
+- the cold count (new message objects, fresh `TokenCounter`) as installed (numpy's batch scan when
+  numpy is there), with numpy's paths off (the pure-Python fallback), and with every text
+  "estimated" by `len()` (the per-message and per-text bookkeeping alone);
+- a reload count (new objects, warm counter), `count_tokens_approximately` (the peers' chars/4) and
+  the UTF-8 encoding of every string content (the scan's first step);
+- the scan of the first count's texts: per text (pure) against `features_batch.texts_features`;
+- per text size, the pure class counts against numpy's whole-buffer ones: where
+  `features.NUMPY_MIN_BYTES` should sit.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
+from collections.abc import Callable, Sequence
 
-import numpy as np
+from langchain_core.messages import BaseMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-import ctxpress.tokens.estimate as estimate_module
-from common import Reloader, build_thread
-from ctxpress.compaction.content import content_text
-from ctxpress.tokens import TokenCounter
+from common import Reloader, Thread, build_thread
+from ctxpress.tokens import TokenCounter, features_batch
 from ctxpress.tokens import features as features_module
+from ctxpress.tokens.class_counts import NUMPY_CLASS_COUNTS, pure_class_counts
+from ctxpress.tokens.features import features_of
 
-CLASS_TABLE = np.frombuffer(features_module._CLASS_TABLE, dtype=np.uint8)
+RUNS = 15
 
 
-def numpy_class_counts(text: str) -> tuple[Any, Any]:
-    """Class counts and run-start counts of `text`: the bulk of `text_features`, in numpy."""
-    classes = CLASS_TABLE[np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)]
-    starts = np.empty(len(classes), dtype=bool)
-    starts[0] = True
-    np.not_equal(classes[1:], classes[:-1], out=starts[1:])
-    return np.bincount(classes, minlength=256), np.bincount(classes[starts], minlength=256)
+def lengths(texts: Sequence[str]) -> list[int]:
+    return list(map(len, texts))
+
+
+def cold_count(thread: Thread, messages: list[BaseMessage], scan: str) -> Callable[[], object]:
+    """A first count of `messages` with `scan`: "numpy" (as installed), "pure" or "len"."""
+    counter = TokenCounter()
+    if scan == "len":
+        cache = counter._caches("default")[0]
+        cache.count_text, cache.count_texts = len, lengths
+
+    def run() -> None:
+        saved = features_module.NUMPY_CLASS_COUNTS, features_batch.NUMPY_TEXTS_FEATURES
+        if scan == "pure":
+            features_module.NUMPY_CLASS_COUNTS, features_batch.NUMPY_TEXTS_FEATURES = None, None
+        try:
+            counter.count_request(messages, thread.system, thread.tools, immutable_messages=True)
+        finally:
+            features_module.NUMPY_CLASS_COUNTS, features_batch.NUMPY_TEXTS_FEATURES = saved
+
+    return run
+
+
+def encode_contents(messages: list[BaseMessage]) -> None:
+    for message in messages:
+        if isinstance(message.content, str):
+            message.content.encode("utf-8", "surrogatepass")
+
+
+def median_ms(call: Callable[[], object], runs: int = RUNS) -> float:
+    seconds = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        call()
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds) * 1e3
+
+
+def first_count_texts(thread: Thread, reloader: Reloader) -> list[str]:
+    """The texts a first count of the thread estimates in its batch."""
+    counter = TokenCounter()
+    cache = counter._caches("default")[0]
+    batches: list[list[str]] = []
+    count_texts = cache.count_texts
+    assert count_texts is not None
+
+    def recording(texts: Sequence[str]) -> list[int]:
+        batches.append(list(texts))
+        return count_texts(texts)
+
+    cache.count_texts = recording
+    counter.count_request(reloader.load(), thread.system, thread.tools, immutable_messages=True)
+    return [text for batch in batches for text in batch]
 
 
 def main() -> None:
     thread = build_thread(100_000)
     reloader = Reloader(thread.messages)
-
-    def cold() -> float:
-        messages = reloader.load()
-        start = time.perf_counter()
-        TokenCounter().count_request(messages, thread.system, thread.tools, immutable_messages=True)
-        return time.perf_counter() - start
-
     warm_counter = TokenCounter()
     warm_counter.count_request(reloader.load(), thread.system, thread.tools, immutable_messages=True)
 
-    def reload() -> float:
-        messages = reloader.load()
-        start = time.perf_counter()
-        warm_counter.count_request(messages, thread.system, thread.tools, immutable_messages=True)
-        return time.perf_counter() - start
+    def reload(messages: list[BaseMessage]) -> Callable[[], object]:
+        return lambda: warm_counter.count_request(
+            messages, thread.system, thread.tools, immutable_messages=True
+        )
 
-    def approx() -> float:
-        messages = reloader.load()
-        start = time.perf_counter()
-        count_tokens_approximately(messages)
-        return time.perf_counter() - start
+    cases: dict[str, Callable[[list[BaseMessage]], Callable[[], object]]] = {
+        "cold": lambda messages: cold_count(thread, messages, "numpy"),
+        "cold, pure fallback": lambda messages: cold_count(thread, messages, "pure"),
+        "cold, len() for the scan": lambda messages: cold_count(thread, messages, "len"),
+        "reload": reload,
+        "count_tokens_approximately": lambda messages: lambda: count_tokens_approximately(messages),
+        "encode contents to UTF-8": lambda messages: lambda: encode_contents(messages),
+    }
+    # Round-robin on fresh objects, so that a change in the machine's load falls on every figure alike.
+    seconds: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(RUNS):
+        for name, setup in cases.items():
+            call = setup(reloader.load())
+            start = time.perf_counter()
+            call()
+            seconds[name].append(time.perf_counter() - start)
+    approx = statistics.median(seconds["count_tokens_approximately"])
+    print(
+        f"thread: {len(thread.messages)} messages, {thread.tokens:,} estimated tokens; numpy: "
+        f"{'yes' if features_batch.NUMPY_TEXTS_FEATURES else 'no'}\n"
+    )
+    print("| count | p50 ms | ÷ chars/4 |\n| --- | --- | --- |")
+    for name, values in seconds.items():
+        value = statistics.median(values)
+        print(f"| {name} | {value * 1e3:.3f} | {value / approx:.2f}× |")
 
-    def without_scan() -> float:
-        scan = estimate_module.text_features
-        estimate_module.text_features = lambda text: (0,) * len(features_module.FEATURE_NAMES)
-        try:
-            return cold()
-        finally:
-            estimate_module.text_features = scan
+    texts = first_count_texts(thread, reloader)
+    pure_ms = median_ms(
+        lambda: [features_of(t, t.encode("utf-8", "surrogatepass"), pure_class_counts) for t in texts]
+    )
+    batch_ms = median_ms(lambda: features_batch.texts_features(texts))
+    print(
+        f"\nthe first count's {len(texts)} texts ({sum(map(len, texts)):,} characters): pure scan per text "
+        f"{pure_ms:.3f} ms, `texts_features` {batch_ms:.3f} ms ({pure_ms / batch_ms:.2f}× faster)"
+    )
 
-    # Round-robin, so that a change in the machine's load falls on every figure alike.
-    runs: dict[str, list[float]] = {"cold": [], "no scan": [], "reload": [], "approx": []}
-    for _ in range(15):
-        for name, run in (("cold", cold), ("no scan", without_scan), ("reload", reload), ("approx", approx)):
-            runs[name].append(run())
-    cold_ms, no_scan_ms, reload_ms, approx_ms = (statistics.median(runs[name]) * 1e3 for name in runs)
-    print(f"thread: {len(thread.messages)} messages, {thread.tokens:,} estimated tokens")
-    print(f"cold count {cold_ms:.2f} ms; without the byte-class scan {no_scan_ms:.2f} ms")
-    print(f"reload count {reload_ms:.2f} ms; count_tokens_approximately {approx_ms:.2f} ms")
-    print(f"cold / chars/4 {cold_ms / approx_ms:.1f}x; reload / chars/4 {reload_ms / approx_ms:.2f}x")
-
-    texts = sorted({content_text(m.content) for m in thread.messages}, key=len)
-    print("\n| text size | pure-Python scan µs | numpy µs | numpy speed-up |\n| --- | --- | --- | --- |")
-    for text in (texts[len(texts) // 2], texts[int(len(texts) * 0.9)], texts[-1]):
+    if NUMPY_CLASS_COUNTS is None:
+        return
+    numpy_counts = NUMPY_CLASS_COUNTS
+    ordered = sorted(set(texts), key=len)
+    print("\n| text size | pure class counts µs | numpy µs | numpy speed-up |\n| --- | --- | --- | --- |")
+    for text in (
+        ordered[len(ordered) // 2],
+        ordered[int(len(ordered) * 0.9)],
+        ordered[int(len(ordered) * 0.98)],
+        ordered[-1],
+    ):
+        data = text.encode("utf-8", "surrogatepass")
         runs = 200
-        start = time.perf_counter()
-        for _ in range(runs):
-            features_module.text_features(text)
-        pure = (time.perf_counter() - start) / runs * 1e6
-        start = time.perf_counter()
-        for _ in range(runs):
-            numpy_class_counts(text)
-        vectorised = (time.perf_counter() - start) / runs * 1e6
-        print(f"| {len(text):,} chars | {pure:.0f} | {vectorised:.0f} | {pure / vectorised:.2f}x |")
+        pure = median_ms(lambda: features_of(text, data, pure_class_counts), runs) * 1e3  # noqa: B023
+        vectorised = median_ms(lambda: features_of(text, data, numpy_counts), runs) * 1e3  # noqa: B023
+        print(f"| {len(data):,} bytes | {pure:.0f} | {vectorised:.0f} | {pure / vectorised:.2f}× |")
 
 
 if __name__ == "__main__":

@@ -32,8 +32,9 @@ import pstats
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +64,15 @@ from common import (
 )
 from ctxpress.compaction import CompactionCache, compact_view
 from ctxpress.config import CompressionConfig
-from ctxpress.tokens import TokenCounter, count_request_tokens
+from ctxpress.tokens import TokenCounter, count_request_tokens, features_batch
+from ctxpress.tokens import features as features_module
 from ctxpress.workdir import LocalWorkdir
 
 MARKER = "overhead"
 COMMAND = ".venv/bin/python bench/middleware_overhead.py"
-GOAL_RATIO = 0.5  # below threshold: ctxpress / DeepAgents
+# Below threshold, ctxpress / DeepAgents on the same request, per variant (issue 18 item 13: a first
+# sight of a thread may cost up to 2x, a reload and a warm call at most half).
+GOALS = {"warm": 0.5, "reload": 0.5, "cold": 2.0}
 SIZES = (10_000, 100_000, 400_000)
 
 
@@ -321,6 +325,11 @@ class Diagnosis:
     count_reload: Timing  # the same, on a reload of equal messages in new objects
     exact_reload: Timing  # the per-content count without the memo, on a reload
     release: Timing  # freeing one loaded copy of the thread (what adopting a reload frees)
+    cold: Timing  # one count of new objects by a fresh counter (the batch scan when numpy is there)
+    cold_pure: Timing  # the same with numpy's paths off (the pure-Python fallback)
+    cold_no_scan: Timing  # the same with every text "estimated" by len(): the bookkeeping alone
+    approx: Timing  # count_tokens_approximately on new objects (the peers' count)
+    encode: Timing  # encoding every string content of the thread to UTF-8 (a scan's first step)
     top_function: str  # largest self time in a profile of warm counts
     top_share: float
 
@@ -357,6 +366,16 @@ def diagnose(thread: Thread, root: Path, runs: Runs) -> Diagnosis:
         },
         runs.below_fresh,
     )
+    cold = time_interleaved(
+        {
+            "cold": lambda: _cold_count(bench, "numpy"),
+            "pure": lambda: _cold_count(bench, "pure"),
+            "no scan": lambda: _cold_count(bench, "len"),
+            "approx": lambda: partial(count_tokens_approximately, bench.reloader.load()),
+            "encode": lambda: partial(_encode_contents, bench.reloader.load()),
+        },
+        runs.below_fresh,
+    )
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(50):
@@ -373,9 +392,44 @@ def diagnose(thread: Thread, root: Path, runs: Runs) -> Diagnosis:
         reloaded["memo"],
         reloaded["exact"],
         reloaded["release"],
+        cold["cold"],
+        cold["pure"],
+        cold["no scan"],
+        cold["approx"],
+        cold["encode"],
         top,
         top_entry[2] / total,
     )
+
+
+def _cold_count(bench: Bench, scan: str) -> Callable[[], object]:
+    """One whole-request count of new objects by a fresh counter, with the scan `scan`: "numpy"
+    (as installed), "pure" (numpy's paths off: the fallback) or "len" (no scan at all)."""
+    messages, counter, thread = bench.reloader.load(), TokenCounter(), bench.thread
+    if scan == "len":
+        cache = counter._caches("default")[0]
+        cache.count_text, cache.count_texts = len, map_len
+
+    def run() -> None:
+        saved = features_module.NUMPY_CLASS_COUNTS, features_batch.NUMPY_TEXTS_FEATURES
+        if scan == "pure":
+            features_module.NUMPY_CLASS_COUNTS, features_batch.NUMPY_TEXTS_FEATURES = None, None
+        try:
+            counter.count_request(messages, thread.system, thread.tools, immutable_messages=True)
+        finally:
+            features_module.NUMPY_CLASS_COUNTS, features_batch.NUMPY_TEXTS_FEATURES = saved
+
+    return run
+
+
+def map_len(texts: Sequence[str]) -> list[int]:
+    return list(map(len, texts))
+
+
+def _encode_contents(messages: list[BaseMessage]) -> None:
+    for message in messages:
+        if isinstance(message.content, str):
+            message.content.encode("utf-8", "surrogatepass")
 
 
 def explain(diagnosis: Diagnosis, rows: list[Row]) -> list[str]:
@@ -401,9 +455,17 @@ def explain(diagnosis: Diagnosis, rows: list[Row]) -> list[str]:
         f"previous copy, and freeing one loaded copy of this thread alone takes "
         f"{diagnosis.release.p50_ms:.3f} ms. The count without the memo (hashing every new string) takes "
         f"{diagnosis.exact_reload.p50_ms:.3f} ms on the same reload.",
-        "- cold: a first sight of a text is a byte-class scan where chars/4 is one `len()`; the "
-        "middleware's token counter pays it once per text, so in a running agent it is paid for the "
-        "new messages of each call, not the whole thread.",
+        f"- cold (a first sight of the thread): the memo's misses are counted after its loop, once "
+        f"`messages.prefetch_texts` has estimated every new text and tool call in one batch "
+        f"(`features_batch`: one numpy scan of all their bytes); one count takes "
+        f"{diagnosis.cold.p50_ms:.3f} ms ({diagnosis.cold.p50_ms / diagnosis.approx.p50_ms:.1f}× "
+        f"`count_tokens_approximately` on the same objects, {diagnosis.approx.p50_ms:.3f} ms), "
+        f"{diagnosis.cold_pure.p50_ms:.3f} ms without numpy (the pure-Python fallback, a scan per "
+        f"text), and {diagnosis.cold_no_scan.p50_ms:.3f} ms with `len()` in place of the scan -- "
+        f"the per-message and per-text bookkeeping (fields, cache keys, JSON of tool arguments, "
+        f"stores) alone. Encoding the string contents to UTF-8, the scan's first step, takes "
+        f"{diagnosis.encode.p50_ms:.3f} ms. The token counter pays this once per text, so in a "
+        "running agent it is paid for the new messages of each call, not the whole thread.",
     ]
     return lines
 
@@ -469,22 +531,24 @@ def verdict(rows: list[Row]) -> list[str]:
     lines = []
     for variant in ("warm", "reload", "cold"):
         below = [row for row in rows if row.path == f"below, {variant}"]
-        missed = [row for row in below if row.ratio_da > GOAL_RATIO]
+        goal = GOALS[variant]
+        missed = [row for row in below if row.ratio_da > goal]
         worst = max(below, key=lambda row: row.ratio_da)
         if not missed:
             lines.append(
-                f"- **{variant}: goal met** on all {len(below)} threads (≤ {GOAL_RATIO}× DeepAgents; "
+                f"- **{variant}: goal met** on all {len(below)} threads (≤ {goal}× DeepAgents; "
                 f"worst {worst.ratio_da:.2f}×, {worst.thread})."
             )
         else:
             lines.append(
-                f"- **{variant}: goal missed** on {len(missed)} of {len(below)} threads (≤ {GOAL_RATIO}× "
+                f"- **{variant}: goal missed** on {len(missed)} of {len(below)} threads (≤ {goal}× "
                 "DeepAgents): "
                 + ", ".join(f"{row.thread.split(' ')[0]} {row.ratio_da:.2f}×" for row in missed)
                 + "."
             )
     return [
-        "Goal: below the threshold, ctxpress takes at most 0.5× DeepAgents' time on the same request.",
+        "Goal: below the threshold, ctxpress takes at most 0.5× DeepAgents' time on the same request warm "
+        "and after a reload, and at most 2× on a first sight of the thread (cold).",
         "",
         *lines,
     ]

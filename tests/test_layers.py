@@ -24,6 +24,9 @@ OPTIONAL_EXTRA_IMPORTS = {
     "ctxpress.overflow.openai": frozenset({"langchain_openai", "openai"}),
     # the `tokenizers` extra, imported only when a token_profile names a real tokenizer
     "ctxpress.tokens.exact": frozenset({"tiktoken", "tokenizers"}),
+    # the `fast` extra, imported inside a try: without it every scan takes the pure-Python path
+    "ctxpress.tokens.class_counts": frozenset({"numpy"}),
+    "ctxpress.tokens.features_batch": frozenset({"numpy"}),
 }
 
 #: (importing package prefix, forbidden imported prefixes).

@@ -175,6 +175,32 @@ def test_s12_memo_copy_with_new_content_under_the_same_id(counter: TokenCounter)
     assert counted.take() == 0  # two slots per id: neither version is recounted
 
 
+def test_s12_memo_reloaded_replacement_of_the_same_length_under_the_same_id_is_counted_again(
+    counter: TokenCounter,
+) -> None:
+    """The invariant a cheaper reload key would break: `add_messages` may replace a message under its
+    id with text of the same class, length, start and end; after a checkpoint reload it is counted
+    from its new text, not remembered by id, length or a sample (issue 18 item 13)."""
+    head, tail = "Result of the search:\n", "\n-- end of results"
+    english, chinese = "the policy allows returns " * 12, "退货政策允许七天内无理由退货，运费由买家承担。" * 7
+    middle_length = max(len(english), len(chinese))
+    before = [
+        *_thread()[:2],
+        ToolMessage(head + english.ljust(middle_length) + tail, tool_call_id="call_1", id="t1"),
+    ]
+    after = [
+        *before[:2],
+        ToolMessage(head + chinese.ljust(middle_length) + tail, tool_call_id="call_1", id="t1"),
+    ]
+    assert len(before[2].content) == len(after[2].content) and before[2].id == after[2].id
+    assert _exact(after) != _exact(before)
+    assert _memo(counter, _reload(before)) == _exact(before)
+    counted = _CountedMessages(counter)
+    assert _memo(counter, _reload(after)) == _exact(after)
+    assert counted.take() == 1  # the replaced message only
+    assert _memo(counter, _reload(before)) == _exact(before)  # and back: the slot before it
+
+
 def test_s12_memo_other_class_under_the_same_id_is_another_message(counter: TokenCounter) -> None:
     human = [HumanMessage("同样的文字", id="x")]
     ai = [AIMessage("同样的文字", id="x", tool_calls=[{"name": "f", "args": {"a": "b" * 200}, "id": "c"}])]

@@ -24,14 +24,16 @@ Profiles
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from operator import mul
 from typing import Final
 
 from ctxpress.tokens.exact import approximate_profile, is_exact_profile
 from ctxpress.tokens.features import FEATURE_NAMES, text_features
+from ctxpress.tokens.features_batch import texts_features
 from ctxpress.tokens.profile_weights import PROFILE_WEIGHTS
 
-__all__ = ["PROFILE_NAMES", "estimate", "estimate_tokens", "profile_weights"]
+__all__ = ["PROFILE_NAMES", "estimate", "estimate_tokens", "estimates", "profile_weights", "weigh"]
 
 PROFILE_NAMES: tuple[str, ...] = ("default", "cl100k", "o200k", "qwen", "deepseek")
 
@@ -64,7 +66,19 @@ def estimate(text: str, weights: tuple[float, ...]) -> int:
     """Tokens of `text` under `weights` (one profile's)."""
     if not text:
         return 0
-    features = text_features(text)
+    return weigh(text_features(text), weights)
+
+
+def estimates(texts: Sequence[str], weights: tuple[float, ...]) -> list[int]:
+    """`estimate` of each of `texts`, their features taken in one batch (``features_batch``)."""
+    return [
+        weigh(features, weights) if text else 0
+        for text, features in zip(texts, texts_features(texts), strict=True)
+    ]
+
+
+def weigh(features: Sequence[int], weights: tuple[float, ...]) -> int:
+    """The estimate of a non-empty text from its features."""
     total = sum(map(mul, weights, features))  # both have len(FEATURE_NAMES) entries
     excess = features[_LETTERS] - LETTERS_PER_RUN_FREE * features[_LETTER_RUNS]
     if excess > 0:

@@ -18,11 +18,12 @@ survives a rotation) within ``max_entries`` and ``max_chars``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from functools import partial
 from typing import Any, Final
 
-from ctxpress.tokens.estimate import estimate
+from ctxpress.tokens.estimate import estimate, estimates
+from ctxpress.tokens.features_batch import BATCH_MIN_TEXTS
 
 __all__ = ["CACHE_MAX_CHARS", "CACHE_MAX_ENTRIES", "EstimateCache"]
 
@@ -31,15 +32,41 @@ __all__ = ["CACHE_MAX_CHARS", "CACHE_MAX_ENTRIES", "EstimateCache"]
 # threads).
 CACHE_MAX_ENTRIES: Final = 200_000
 CACHE_MAX_CHARS: Final = 16_000_000
+#: Texts missing from the cache from which a first count estimates them in one batch
+#: (`messages.prefetch_texts`).
+PREFETCH_MIN_TEXTS: Final = BATCH_MIN_TEXTS
 
 
 def key_chars(key: Hashable) -> int:
-    """Characters a cache key keeps alive (its strings; nested tuples counted recursively)."""
+    """Characters a cache key keeps alive (its strings; nested tuples counted recursively).
+
+    Exact classes are tested first: a first count sizes hundreds of keys, and `isinstance` only
+    serves subclasses."""
+    kind = key.__class__
+    if kind is str or kind is bytes:
+        return len(key)  # type: ignore[arg-type]
+    if kind is tuple:
+        size = 1
+        for part in key:  # type: ignore[attr-defined]
+            part_kind = part.__class__
+            if part_kind is str or part_kind is bytes:
+                size += len(part)
+            elif part_kind is tuple:
+                size += key_chars(part)
+            elif part_kind in _ATOMS:
+                size += 1
+            else:
+                size += key_chars(part)
+        return size
     if isinstance(key, str | bytes):
         return len(key)
     if isinstance(key, tuple):
         return sum(key_chars(part) for part in key) + 1
     return 1
+
+
+# Key parts that are neither strings nor tuples, and count 1 (what `key_chars` gives any other).
+_ATOMS: Final = frozenset({int, float, bool, type(None), type})
 
 
 class EstimateCache:
@@ -61,6 +88,10 @@ class EstimateCache:
         self.weights = weights
         #: Tokens of one text: the estimate under `weights`, or a real tokenizer's exact count.
         self.count_text: Callable[[str], int] = count_text or partial(estimate, weights=weights)
+        #: Tokens of many texts at once (a first count of a thread), when they are estimates.
+        self.count_texts: Callable[[Sequence[str]], list[int]] | None = (
+            None if count_text else partial(estimates, weights=weights)
+        )
         self.max_entries = max_entries
         self.max_chars = max_chars
         self.young: dict[Hashable, int] = {}
@@ -90,18 +121,26 @@ class EstimateCache:
         self._store(key, tokens)
         return tokens
 
-    def _store(self, key: Hashable, tokens: int) -> None:
-        size = key_chars(key)
-        if 2 * size > self.max_chars:
-            return  # too big to keep; the estimate is still right, just not cached
+    def put_many(self, entries: Sequence[tuple[Hashable, int]]) -> None:
+        """`put` of each (key, tokens) of `entries`: a first count's batch, under one lock."""
+        self.misses += len(entries)
         with self._lock:
-            if key in self.young:
-                return
-            if 2 * (len(self.young) + 1) > self.max_entries or 2 * (self.young_chars + size) > self.max_chars:
-                self.old, self.old_chars = self.young, self.young_chars
-                self.young, self.young_chars = {}, 0
-            self.young[key] = tokens
-            self.young_chars += size
+            for key, tokens in entries:
+                self._store_locked(key, tokens)
+
+    def _store(self, key: Hashable, tokens: int) -> None:
+        with self._lock:
+            self._store_locked(key, tokens)
+
+    def _store_locked(self, key: Hashable, tokens: int) -> None:
+        size = key_chars(key)
+        if 2 * size > self.max_chars or key in self.young:
+            return  # too big to keep (the estimate is still right, just not cached), or kept already
+        if 2 * (len(self.young) + 1) > self.max_entries or 2 * (self.young_chars + size) > self.max_chars:
+            self.old, self.old_chars = self.young, self.young_chars
+            self.young, self.young_chars = {}, 0
+        self.young[key] = tokens
+        self.young_chars += size
 
     def remember_flat_call(self, arguments: dict[str, Any], name: str, call_id: Any, tokens: int) -> None:
         size = sum(len(value) for value in arguments.values() if value.__class__ is str) + 1

@@ -10,16 +10,30 @@ One linear pass over the text's UTF-8 bytes counts (``FEATURE_NAMES``):
   newlines and newline runs;
 - ``\\uXXXX`` escapes, as ``json.dumps`` writes non-ASCII text by default (3-5 tokens each).
 
-The pass is pure Python made only of whole-buffer C operations -- ``str.encode``, ``bytes.translate``,
-``bytes.count``, and one big-integer ``x & ~(x << 8)`` that marks where runs start -- so no Python
+The pass is made only of whole-buffer C operations -- ``str.encode``, ``bytes.translate``, then the
+class counts of ``class_counts``: ``bytes.count`` and one big-integer ``x & ~(x << 8)`` that marks
+where runs start, or the same vectorised by numpy on long texts when it is installed -- so no Python
 code runs per character.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
-__all__ = ["FEATURE_NAMES", "text_features"]
+from ctxpress.tokens.class_counts import (
+    NUMPY_CLASS_COUNTS,
+    ClassCounts,
+    pure_class_counts,
+)
+
+__all__ = [
+    "FEATURE_NAMES",
+    "NUMPY_MIN_BYTES",
+    "assemble_features",
+    "features_of",
+    "text_features",
+]
 
 FEATURE_NAMES: tuple[str, ...] = (
     "han",  # CJK ideographs (U+4000-9FFF)
@@ -79,36 +93,53 @@ def _byte_class(byte: int) -> int:
     return _LEAD_ASTRAL
 
 
-_CLASS_TABLE: Final = bytes(_byte_class(byte) for byte in range(256))
-_DIGIT_B, _SPACE_B, _NEWLINE_B, _PUNCT_B = (bytes([flag]) for flag in (_DIGIT, _SPACE, _NEWLINE, _PUNCT))
-_LETTER_B = bytes([_LETTER])
-_KANA_HANGUL_B, _OTHER_BMP_B = bytes([_LEAD_KANA_HANGUL]), bytes([_LEAD_OTHER_BMP])
-_TWO_BYTE_B, _ASTRAL_B = bytes([_LEAD_TWO_BYTE]), bytes([_LEAD_ASTRAL])
+CLASS_TABLE: Final = bytes(_byte_class(byte) for byte in range(256))
+# Counted in the class buffer: the ASCII classes always, the non-ASCII lead classes when the text
+# has any; counted in the run-start buffer: the ASCII classes (single bits, see `class_counts`).
+_ASCII_COUNTED: Final = (_DIGIT, _SPACE, _NEWLINE, _PUNCT)
+ALL_COUNTED: Final = (*_ASCII_COUNTED, _LEAD_KANA_HANGUL, _LEAD_OTHER_BMP, _LEAD_TWO_BYTE, _LEAD_ASTRAL)
+RUNS_COUNTED: Final = (_LETTER, _DIGIT, _PUNCT, _SPACE, _NEWLINE)
+
+#: UTF-8 bytes from which a text's class counts take the numpy path, when numpy is installed. Below
+#: it the fixed cost of a dozen numpy calls outweighs their speed (``bench/cold_path.py`` prints the
+#: crossover); the counts are the same either way.
+NUMPY_MIN_BYTES: Final = 4096
 
 
 def text_features(text: str) -> tuple[int, ...]:
-    """Counts of each class in FEATURE_NAMES order, in one linear pass of C-level operations.
-
-    Speed notes: `bytes.count` slows down with the share of matching bytes, so the most frequent
-    classes (letters; ideographs and continuation bytes in Chinese) are never counted but derived
-    from the character and byte totals; and the three two-byte searches for CJK punctuation run only
-    when the text has characters of their lead byte.
-    """
+    """Counts of each class in FEATURE_NAMES order, in one linear pass of C-level operations
+    (vectorised by numpy for texts of at least `NUMPY_MIN_BYTES` when it is installed)."""
     data = text.encode("utf-8", "surrogatepass")
-    size = len(data)
-    classes = data.translate(_CLASS_TABLE)
-    as_int = int.from_bytes(classes, "little")
-    # Bit k of a byte survives iff the byte has class bit k and the byte before it does not.
-    run_starts = (as_int & ~(as_int << 8)).to_bytes(size, "little")
+    if NUMPY_CLASS_COUNTS is not None and len(data) >= NUMPY_MIN_BYTES:
+        return features_of(text, data, NUMPY_CLASS_COUNTS)
+    return features_of(text, data, pure_class_counts)
 
-    if text.isascii():  # O(1): CPython records it on the string
+
+def features_of(text: str, data: bytes, class_counts: ClassCounts) -> tuple[int, ...]:
+    """`text_features` of `text` (whose UTF-8 encoding with surrogatepass is `data`), with the class
+    counts taken by `class_counts`: either implementation gives the same tuple."""
+    classes = data.translate(CLASS_TABLE)
+    counted = _ASCII_COUNTED if text.isascii() else ALL_COUNTED  # isascii is O(1) in CPython
+    counts, runs = class_counts(classes, counted, RUNS_COUNTED)
+    return assemble_features(text, data, counts, runs)
+
+
+def assemble_features(text: str, data: bytes, counts: Sequence[int], runs: Sequence[int]) -> tuple[int, ...]:
+    """The feature tuple from the class counts (`_ASCII_COUNTED`, then for a non-ASCII text the rest
+    of `ALL_COUNTED`) and the run counts (`RUNS_COUNTED`).
+
+    Speed notes: counting slows down with the share of matching bytes, so the most frequent classes
+    (letters; ideographs and continuation bytes in Chinese) are never counted but derived from the
+    character and byte totals; and the three two-byte searches for CJK punctuation run only when the
+    text has characters of their lead byte.
+    """
+    size = len(data)
+    digits, spaces, newlines, punct = counts[:4]
+    if text.isascii():
         han = cjk_punct = kana_hangul = other_bmp = two_byte = astral = 0
         ascii_chars = size
     else:
-        kana_and_symbols = classes.count(_KANA_HANGUL_B)
-        other_and_full_width = classes.count(_OTHER_BMP_B)
-        two_byte = classes.count(_TWO_BYTE_B)
-        astral = classes.count(_ASTRAL_B)
+        kana_and_symbols, other_and_full_width, two_byte, astral = counts[4:8]
         continuations = size - len(text)  # 1, 2 or 3 per two-, three- or four-byte character
         three_byte = (continuations - two_byte - 3 * astral) // 2
         han = three_byte - kana_and_symbols - other_and_full_width
@@ -120,11 +151,7 @@ def text_features(text: str) -> tuple[int, ...]:
         kana_hangul = kana_and_symbols - cjk_symbols
         other_bmp = other_and_full_width - full_width
         ascii_chars = len(text) - two_byte - three_byte - astral
-
-    digits = classes.count(_DIGIT_B)
-    spaces = classes.count(_SPACE_B)
-    newlines = classes.count(_NEWLINE_B)
-    punct = classes.count(_PUNCT_B)
+    letter_runs, digit_runs, punct_runs, space_runs, newline_runs = runs
     return (
         han,
         cjk_punct,
@@ -133,14 +160,14 @@ def text_features(text: str) -> tuple[int, ...]:
         two_byte,
         astral,
         ascii_chars - digits - spaces - newlines - punct,
-        run_starts.count(_LETTER_B),
+        letter_runs,
         digits,
-        run_starts.count(_DIGIT_B),
+        digit_runs,
         punct,
-        run_starts.count(_PUNCT_B),
+        punct_runs,
         spaces,
-        run_starts.count(_SPACE_B),
+        space_runs,
         newlines,
-        run_starts.count(_NEWLINE_B),
+        newline_runs,
         data.count(b"\\u") if b"\\" in data else 0,
     )

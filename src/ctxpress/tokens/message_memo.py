@@ -108,13 +108,18 @@ class MessageMemo:
         messages: Sequence[BaseMessage],
         count_message: Callable[[BaseMessage, _Context], int],
         context: _Context,
+        prefetch: Callable[[Sequence[BaseMessage], _Context], None] | None = None,
     ) -> int:
         """Sum of the counts of `messages`, each taken from the memo when its fields are unchanged,
         else `count_message(message, context)` remembered now. The young generation's latest slot
-        is checked inline: this loop is the middleware's warm path."""
+        is checked inline: this loop is the middleware's warm path. The others are counted after
+        it, once `prefetch(those messages, context)` (when given) has prepared what they share: a
+        first sight of a thread counts its texts in one batch."""
         recent = self.young.get
         getter_of = self.getters.get
         total = 0
+        pending: list[tuple[Hashable, BaseMessage, tuple[Any, ...]]] = []
+        copies: list[tuple[Hashable, Entry, Entry]] = []
         for message in messages:
             fields = (getter_of(message.__class__) or self._getter(message.__class__))(message)
             key = message.id or id(message)
@@ -122,9 +127,15 @@ class MessageMemo:
             if entry is not None and entry[1] == fields:  # identity checks when it is the same message
                 total += entry[2]
                 if entry[0] is not message:  # an equal copy (a checkpoint reload)
-                    self.adopt(key, message, fields, entry)
+                    copies.append((key, entry, (message, fields, entry[2], entry[3], entry[4])))
             else:
-                total += self.count(key, message, fields, count_message, context)
+                pending.append((key, message, fields))
+        if copies:
+            self._adopt_all(copies)
+        if pending and prefetch is not None:
+            prefetch([message for _, message, _ in pending], context)
+        for pending_key, message, fields in pending:
+            total += self.count(pending_key, message, fields, count_message, context)
         return total
 
     def _getter(self, message_class: type) -> FieldsGetter:
@@ -135,6 +146,18 @@ class MessageMemo:
         """`message` (with `fields`) equals the latest version in `entry` but is made of other
         objects (a checkpoint reload): keep these, so that the next call is identity checks again."""
         self._put(key, (message, fields, entry[2], entry[3], entry[4]))
+
+    def _adopt_all(self, copies: list[tuple[Hashable, Entry, Entry]]) -> None:
+        """`adopt` each (key, entry found, entry with the copy) of a reload under one lock: an entry
+        still in place is swapped for one of the same size; one rotated or replaced meanwhile (by
+        another thread) takes the general way."""
+        with self._lock:
+            young = self.young
+            for key, found, replacement in copies:
+                if young.get(key) is found:
+                    young[key] = replacement
+                else:
+                    self._put_locked(key, replacement)
 
     def count(
         self,
@@ -165,20 +188,23 @@ class MessageMemo:
         return tokens
 
     def _put(self, key: Hashable, entry: Entry) -> None:
-        size = entry[2] + entry[4]  # both slots keep their fields alive
         with self._lock:
-            current = self.young.get(key)
-            if current is None:
-                if (
-                    2 * (len(self.young) + 1) > self.max_entries
-                    or 2 * (self.young_tokens + size) > self.max_tokens
-                ):
-                    self.old = self.young
-                    self.young, self.young_tokens = {}, 0
-                self.young_tokens += size
-            else:
-                self.young_tokens += size - (current[2] + current[4])
-            self.young[key] = entry
+            self._put_locked(key, entry)
+
+    def _put_locked(self, key: Hashable, entry: Entry) -> None:
+        size = entry[2] + entry[4]  # both slots keep their fields alive
+        current = self.young.get(key)
+        if current is None:
+            if (
+                2 * (len(self.young) + 1) > self.max_entries
+                or 2 * (self.young_tokens + size) > self.max_tokens
+            ):
+                self.old = self.young
+                self.young, self.young_tokens = {}, 0
+            self.young_tokens += size
+        else:
+            self.young_tokens += size - (current[2] + current[4])
+        self.young[key] = entry
 
     def clear(self) -> None:
         with self._lock:

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from ctxpress.tokens.estimate_cache import EstimateCache
+from ctxpress.tokens.estimate_cache import PREFETCH_MIN_TEXTS, EstimateCache
 
 __all__ = [
     "MEDIA_BLOCK_TOKENS",
@@ -32,6 +32,7 @@ __all__ = [
     "TOOL_CALL_OVERHEAD_TOKENS",
     "message_tokens",
     "messages_tokens",
+    "prefetch_texts",
     "provider_json",
     "tool_call_key",
 ]
@@ -65,10 +66,15 @@ def _freeze(value: Any) -> Hashable:
         return ("repr", repr(value))
 
 
+# What `json.dumps(value, ensure_ascii=False, default=str)` builds on every call; it keeps no state
+# between calls.
+_PROVIDER_JSON: Final = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
 def provider_json(value: Any) -> str:
     """`value` as JSON the way providers receive tool arguments and schemas (langchain-openai:
     ensure_ascii=False)."""
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return _PROVIDER_JSON.encode(value)
 
 
 _SCALAR_TYPES: Final = frozenset({str, int, float, bool, type(None)})
@@ -264,6 +270,50 @@ def messages_tokens(messages: Sequence[BaseMessage], cache: EstimateCache) -> in
         elif kind == _AI and (message.tool_calls or message.invalid_tool_calls or message.additional_kwargs):  # type: ignore[attr-defined]
             total += _tool_calls_tokens(message, cache)  # type: ignore[arg-type]
     return total
+
+
+def prefetch_texts(messages: Sequence[BaseMessage], cache: EstimateCache) -> None:
+    """Estimate what `messages` need that `cache` lacks -- string contents, names, tool-call ids,
+    and each call of `tool_calls` (its name and JSON arguments) -- in one batch, before the messages
+    are counted one by one: a first count of a thread pays one scan's fixed cost, not one per text.
+    The cache ends up with the same keys and counts as counting them one by one would leave."""
+    if cache.count_texts is None:
+        return  # a real tokenizer's counts: nothing to batch
+    texts: dict[str, None] = {}  # missing plain texts, once each, in order
+    calls: list[tuple[tuple[Any, ...], str, Any, Any, str]] = []  # missing: key, name, id, args, JSON
+    kind_of = cache.message_kinds.get
+    lookup = cache.get
+    for message in messages:
+        content = message.content
+        if content.__class__ is str and lookup(content) is None:
+            texts[content] = None
+        if message.name and lookup(message.name) is None:
+            texts[message.name] = None
+        kind = kind_of(message.__class__) or _message_kind(cache, message.__class__)
+        if kind == _TOOL:
+            if lookup(message.tool_call_id) is None:  # type: ignore[attr-defined]
+                texts[message.tool_call_id] = None  # type: ignore[attr-defined]
+        elif kind == _AI:
+            for call in message.tool_calls:  # type: ignore[attr-defined]
+                name, arguments, call_id = call["name"], call["args"], call.get("id")
+                call_key = tool_call_key(name, call_id, arguments)
+                if lookup(call_key) is None:
+                    text = arguments if isinstance(arguments, str) else provider_json(arguments)
+                    calls.append((call_key, name, call_id, arguments, text))
+    batch = [*texts, *(part for _, name, _, _, text in calls for part in (name, text))]
+    if len(batch) < PREFETCH_MIN_TEXTS:
+        return  # a few texts: counting them one by one costs less than gathering them
+    tokens = cache.count_texts(batch)
+    entries: list[tuple[Hashable, int]] = list(zip(texts, tokens, strict=False))
+    parts = iter(tokens[len(texts) :])
+    for (key, name, call_id, arguments, _), name_tokens, arguments_tokens in zip(
+        calls, parts, parts, strict=True
+    ):
+        call_tokens = TOOL_CALL_OVERHEAD_TOKENS + name_tokens + arguments_tokens
+        entries.append((key, call_tokens))
+        if len(key) == 5:  # flat scalar arguments: recognised by identity, as `_tool_call_tokens` does
+            cache.remember_flat_call(arguments, name, call_id, call_tokens)
+    cache.put_many(entries)  # a call met twice in this batch is kept once
 
 
 def message_tokens(message: BaseMessage, cache: EstimateCache) -> int:
