@@ -34,6 +34,7 @@ from ctxpress.app.server.log_context import run_logging_context
 from ctxpress.app.server.metrics import ServiceMetrics
 from ctxpress.app.server.repositories.messages import MessageRepository
 from ctxpress.app.server.repositories.pressure import PressureRepository
+from ctxpress.app.server.repositories.run_events import RunEventRepository
 from ctxpress.app.server.repositories.runs import RunRepository
 from ctxpress.app.server.repositories.usage import UsageRepository
 from ctxpress.app.server.runtime import events
@@ -50,6 +51,7 @@ from ctxpress.app.server.runtime.stream_mapping import (
     RecordedMessage,
     StreamMapper,
 )
+from ctxpress.app.server.runtime.token_tap import TokenTap
 from ctxpress.app.server.runtime.unanswered_calls import (
     SERVICE_STOPPED_ERROR,
     conversation_language,
@@ -62,7 +64,8 @@ from ctxpress.summary.event import is_summary_message
 
 logger = logging.getLogger(__name__)
 
-STREAM_MODES: Final[list[StreamMode]] = ["messages", "updates", "custom"]
+#: Token deltas come from the `TokenTap` callback, not the `messages` mode (`token_tap.py` says why).
+STREAM_MODES: Final[list[StreamMode]] = ["updates", "custom"]
 #: When a run's checkpoints are written: each step's before the next step starts (not in the
 #: background while it runs), so a process killed in a step leaves the checkpoint of every step
 #: before it -- what the chat record already holds of them (docs/architecture.md, "Durability").
@@ -140,6 +143,9 @@ class RunExecutor:
     async def _execute(self, active: ActiveRun) -> None:
         async with self.database.session() as session:
             run = await RunRepository(session).get(active.run_id)
+            # Its events so far (`run_started`, stored when it became running; a resumed run's
+            # earlier ones): the deltas to come are positioned after the newest.
+            newest_event_id = await RunEventRepository(session).newest_id(active.run_id)
         if run is None or run.status != RUN_RUNNING or run.lease_owner != self.worker_id:
             return
         runtime = self.agents.get(run.agent_name)
@@ -153,7 +159,6 @@ class RunExecutor:
         )
         config: RunnableConfig = {
             **thread_config(run.conversation_id),
-            "callbacks": [collector],
             "recursion_limit": self.recursion_limit,
             "metadata": {"ctxpress_run_id": run.id},
         }
@@ -167,6 +172,7 @@ class RunExecutor:
             max_chars=self.delta_max_chars,
             created_at_monotonic=time.monotonic() - waited,
         )
+        deltas.note_durable(newest_event_id)
         partial = PartialReply()
         try:
             with self.events.durable_ids_of(run.id, deltas.note_durable):
@@ -214,15 +220,17 @@ class RunExecutor:
         graph_input = await self._start(run, runtime, mapper)
         self.metrics.first_event.observe(_seconds_since(run.created_at))
         compression_started: dict[str, float] = {}
+
+        def on_delta(data: dict[str, Any]) -> None:  # live only, coalesced
+            deltas.add(data)
+            partial.add(data)
+
+        tapped: RunnableConfig = {**config, "callbacks": [collector, TokenTap(on_delta)]}
         async for namespace, mode, data in runtime.graph.astream(
-            graph_input, config, stream_mode=STREAM_MODES, subgraphs=True, durability=DURABILITY
+            graph_input, tapped, stream_mode=STREAM_MODES, subgraphs=True, durability=DURABILITY
         ):
             stored: list[MappedItem] = []
             for item in mapper.map(tuple(namespace), str(mode), data):
-                if isinstance(item, OutgoingEvent) and item.type == events.MESSAGE_DELTA:
-                    deltas.add(item.data)  # live only, coalesced
-                    partial.add(item.data)
-                    continue
                 if isinstance(item, OutgoingEvent) and item.type == events.CONTEXT_COMPRESSION:
                     self._observe_compression(item.data, compression_started)
                 if isinstance(item, RecordedMessage):

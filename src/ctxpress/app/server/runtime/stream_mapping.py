@@ -1,10 +1,8 @@
-"""From LangGraph's stream (`messages`, `updates`, `custom` modes) to SSE events and chat-record messages.
+"""From LangGraph's stream (`updates`, `custom` modes) to SSE events and chat-record messages.
 
 Pure and synchronous: the executor feeds each `(namespace, mode, data)` chunk in and persists what
-comes out. Rules:
-- `messages`: assistant token chunks become `message_delta`; the summary model's tokens never do
-  (S21: LangGraph already drops `TAG_NOSTREAM` calls, and chunks marked `lc_source: summarization`
-  are dropped here too, should a middleware forget the tag).
+comes out. (Token deltas do not pass through here: `token_tap.py` takes them from the model's
+callbacks.) Rules:
 - `updates`: each new assistant message becomes `message` (+ one `tool_call` per call), each tool
   message `tool_result`; both are appended to the chat record. Messages already seen (same id),
   `RemoveMessage`s and anything but assistant/tool messages are ignored: the record is append-only
@@ -22,12 +20,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, RemoveMessage, ToolMessage
-from langgraph.constants import TAG_NOSTREAM
+from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, ToolMessage
 
 from ctxpress import events as library_events
 from ctxpress.app.server.runtime import events
-from ctxpress.app.server.runtime.usage_recording import SUMMARY_SOURCE
 from ctxpress.app.server.serialization import to_jsonable
 
 Namespace = tuple[str, ...]
@@ -61,23 +57,11 @@ class StreamMapper:
         self._seen_message_ids.update(message_id for message_id in message_ids if message_id)
 
     def map(self, namespace: Namespace, mode: str, data: Any) -> list[MappedItem]:
-        if mode == "messages":
-            return self._map_token(namespace, data)
         if mode == "updates":
             return self._map_updates(namespace, data)
         if mode == "custom":
             return [self._map_custom(namespace, data)]
         return []
-
-    def _map_token(self, namespace: Namespace, data: Any) -> list[MappedItem]:
-        chunk, metadata = data if isinstance(data, tuple) and len(data) == 2 else (data, {})
-        if not isinstance(chunk, AIMessageChunk) or _is_summary_stream(metadata):
-            return []
-        text = chunk.text
-        if not text:
-            return []
-        payload = {"message_id": chunk.id, "delta": text, "node": (metadata or {}).get("langgraph_node")}
-        return [OutgoingEvent(events.MESSAGE_DELTA, _with_namespace(payload, namespace))]
 
     def _map_updates(self, namespace: Namespace, data: Any) -> list[MappedItem]:
         if not isinstance(data, dict):
@@ -173,12 +157,6 @@ def _messages_in(update: Any) -> list[BaseMessage]:
         elif isinstance(value, list | tuple):
             found.extend(message for message in value if isinstance(message, BaseMessage))
     return found
-
-
-def _is_summary_stream(metadata: Any) -> bool:
-    if not isinstance(metadata, dict):
-        return False
-    return metadata.get("lc_source") == SUMMARY_SOURCE or TAG_NOSTREAM in (metadata.get("tags") or ())
 
 
 def _with_namespace(payload: dict[str, Any], namespace: Namespace) -> dict[str, Any]:
