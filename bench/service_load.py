@@ -58,6 +58,15 @@ import psycopg
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 
+from agent_server import (
+    GRAPH_NAME,
+    AgentServer,
+    ensure_venv,
+    project_versions,
+    running_agent_server,
+    tree_cpu_s,
+    versions,
+)
 from common import REPO_ROOT, bench_parser, percentile, ratio, table, update_docs
 from ctxpress.app.server.agents_file import default_agent
 from ctxpress.app.server.repositories.checkpoint_rows import ThreadStorage
@@ -75,7 +84,7 @@ MARKER = "service_load"
 COMMAND = ".venv/bin/python bench/service_load.py"
 BENCH_DIR = Path(__file__).resolve().parent
 BACKENDS: tuple[str, ...] = ("sqlite", "postgresql")
-CTXPRESS, PEER = "ctxpress", "no middleware"
+CTXPRESS, PEER, AGENT_SERVER = "ctxpress", "no middleware", "LangGraph Agent Server"
 TIMED_COMMAND: tuple[str, ...] = (sys.executable, str(BENCH_DIR / "timed_service.py"), "{port}")
 GOAL_LOST = 0
 GOAL_COMPRESS_P50_MS = 50.0
@@ -191,6 +200,8 @@ class Turn:
     status: str | None = None
     queued: bool = False
     events: int = 0
+    #: Bytes of the SSE stream(s) read for the turn (lines without their line ends).
+    received: int = 0
     announced: set[int] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
 
@@ -272,6 +283,7 @@ async def follow_run(client: httpx.AsyncClient, turn: Turn, started: float) -> N
                     return
                 fields: dict[str, str] = {}
                 async for line in response.aiter_lines():
+                    turn.received += len(line.encode())
                     if line == "":
                         if "event" in fields:
                             last_id = fields["id"]
@@ -508,6 +520,191 @@ def print_profile_shares(stats_file: Path) -> None:
     )
     for group, seconds in sorted(grouped.items(), key=lambda item: -item[1]):
         print(f"      {100 * seconds / busy:5.1f}%  {group}")
+
+
+# --------------------------------------------------------------------------------------------------
+# The peer server: LangGraph's Agent Server (`langgraph dev`, in-memory runtime), same load
+# --------------------------------------------------------------------------------------------------
+
+#: Runs the Agent Server executes at once (`--n-jobs-per-worker`): the documented default of its
+#: `N_JOBS_PER_WORKER` (`langgraph dev` itself would use 1 unless told).
+AGENT_SERVER_JOBS = 10
+#: Its v1 message stream: `messages/metadata`, then `messages/partial` (the message so far) per chunk.
+AGENT_SERVER_STREAM_MODE = "messages"
+AGENT_SERVER_BACKEND = "in memory"
+
+
+def _message_text(message: Any) -> str:
+    """The text of a streamed or stored message dict (string content, or text blocks)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(block.get("text", "")) for block in content if isinstance(block, dict))
+    return ""
+
+
+def _is_ai(message: Any) -> bool:
+    return isinstance(message, dict) and str(message.get("type", "")).lower() in {"ai", "aimessagechunk"}
+
+
+def _on_agent_server_event(turn: Turn, event_type: str, data: str, elapsed: float) -> None:
+    turn.events += 1
+    if turn.first_event is None:
+        turn.first_event = elapsed
+    if event_type == "metadata" and turn.run_id is None:
+        turn.run_id = str(json.loads(data).get("run_id"))
+    elif event_type == "error":
+        turn.errors.append(f"run error: {data[:200]}")
+    elif event_type.startswith("messages") and turn.first_token is None and event_type != "messages/metadata":
+        payload = json.loads(data)
+        # v1 modes: a list of messages; `messages-tuple`: [chunk, metadata].
+        messages = payload if event_type != "messages" else payload[:1]
+        if any(_is_ai(m) and _message_text(m) for m in messages):
+            turn.first_token = elapsed
+
+
+async def follow_agent_server_run(client: httpx.AsyncClient, thread_id: str, turn: Turn) -> None:
+    """One turn: `POST /threads/{id}/runs/stream`, read to the stream's end (the run's end)."""
+    body = {
+        "assistant_id": GRAPH_NAME,
+        "input": {"messages": [{"role": "human", "content": turn.text}]},
+        "stream_mode": [AGENT_SERVER_STREAM_MODE],
+    }
+    started = time.perf_counter()
+    try:
+        async with client.stream("POST", f"/threads/{thread_id}/runs/stream", json=body) as response:
+            if response.status_code != 200:
+                turn.errors.append(f"runs/stream: HTTP {response.status_code}")
+                return
+            fields: dict[str, str] = {}
+            async for line in response.aiter_lines():
+                turn.received += len(line.encode())
+                if line == "":
+                    if "event" in fields:
+                        elapsed = time.perf_counter() - started
+                        _on_agent_server_event(turn, fields["event"], fields.get("data", "null"), elapsed)
+                    fields = {}
+                elif not line.startswith(":"):
+                    name, _, value = line.partition(":")
+                    fields[name] = value[1:] if value.startswith(" ") else value
+    except httpx.HTTPError as exc:
+        turn.errors.append(f"stream broken ({type(exc).__name__})")
+        return
+    turn.finished = time.perf_counter() - started
+    turn.status = "ended"
+
+
+async def drive_agent_server_conversation(
+    client: httpx.AsyncClient, thread_id: str, turns: list[Turn], start: asyncio.Event
+) -> None:
+    await start.wait()
+    for turn in turns:
+        await follow_agent_server_run(client, thread_id, turn)
+
+
+async def check_agent_server_thread(
+    client: httpx.AsyncClient, thread_id: str, turns: Sequence[Turn]
+) -> tuple[int, list[str]]:
+    """Lost messages of a thread, read back from its state (each question once, one final answer
+    after each) and runs that did not end `success` (its run list), as errors."""
+    problems: list[str] = []
+    response = await client.get(f"/threads/{thread_id}/state")
+    response.raise_for_status()
+    messages = response.json()["values"]["messages"]
+    segments: list[tuple[str, list[dict[str, Any]]]] = []
+    for message in messages:
+        if message.get("type") == "human":
+            segments.append((_message_text(message), []))
+        elif segments:
+            segments[-1][1].append(message)
+    lost = 0
+    asked = Counter(text for text, _ in segments)
+    for turn in turns:
+        stored = asked.pop(turn.text, 0)
+        if stored != 1:
+            lost += abs(stored - 1)
+            problems.append(f"thread {thread_id}: question {turn.text!r} stored {stored} times")
+    for text, count in asked.items():
+        lost += count
+        problems.append(f"thread {thread_id}: question {text!r} stored but never sent")
+    for text, after in segments:
+        answers = [m for m in after if _is_ai(m) and not m.get("tool_calls")]
+        if len(answers) != 1:
+            lost += abs(len(answers) - 1)
+            problems.append(f"thread {thread_id}: {len(answers)} final answers after {text!r}")
+    runs = (await client.get(f"/threads/{thread_id}/runs")).json()
+    statuses = {str(run["run_id"]): str(run["status"]) for run in runs}
+    for turn in turns:
+        if turn.run_id is not None and statuses.get(turn.run_id) != "success":
+            turn.errors.append(f"run {turn.run_id}: {statuses.get(turn.run_id, 'not listed')}")
+    return lost, problems
+
+
+async def drive_agent_server_load(server: AgentServer, sizes: Sizes) -> LoadResult:
+    """The load of `drive_load` against the Agent Server: threads for conversations, its run stream."""
+    timeout = httpx.Timeout(REQUEST_TIMEOUT_S)
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(httpx.AsyncClient(base_url=server.base_url, timeout=timeout))
+            for _ in range(sizes.conversations + 1)
+        ]
+
+        async def new_thread(client: httpx.AsyncClient) -> str:
+            response = await client.post("/threads", json={})
+            response.raise_for_status()
+            return str(response.json()["thread_id"])
+
+        # Warm-up, not measured (lazy imports, the knowledge base's first query), as for ctxpress.
+        warm = await new_thread(clients[-1])
+        for text in LOAD_TEXTS[:2]:
+            await drive_agent_server_conversation(clients[-1], warm, [Turn(-1, text)], _set_event())
+        thread_ids = [await new_thread(client) for client in clients[:-1]]
+        plan = [
+            [Turn(index, LOAD_TEXTS[(index * sizes.turns + t) % len(LOAD_TEXTS)]) for t in range(sizes.turns)]
+            for index in range(sizes.conversations)
+        ]
+        start = asyncio.Event()
+        tasks = [
+            asyncio.create_task(drive_agent_server_conversation(client, thread_id, turns, start))
+            for client, thread_id, turns in zip(clients[:-1], thread_ids, plan, strict=True)
+        ]
+        cpu = tree_cpu_s(server.pid), time.process_time()
+        started = time.perf_counter()
+        start.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*tasks), LOAD_BUDGET_S)
+        elapsed = time.perf_counter() - started
+        result = LoadResult(
+            AGENT_SERVER_BACKEND, AGENT_SERVER, sizes.conversations * sizes.turns, [], elapsed
+        )
+        result.service_cpu_s = tree_cpu_s(server.pid) - cpu[0]
+        result.client_cpu_s = time.process_time() - cpu[1]
+        for turns in plan:
+            for turn in turns:
+                if turn.finished is None and not turn.errors:
+                    turn.errors.append(f"not finished within {LOAD_BUDGET_S:g} s")
+                result.turns.append(turn)
+        for client, thread_id, turns in zip(clients[:-1], thread_ids, plan, strict=True):
+            lost, problems = await check_agent_server_thread(client, thread_id, turns)
+            result.lost += lost
+            result.problems.extend(problems)
+    return result
+
+
+def agent_server_phase(sizes: Sizes, scratch: Path, jobs: int) -> tuple[LoadResult, dict[str, str]]:
+    """The load against `langgraph dev` serving the default agent's graph; its package versions."""
+    ensure_venv()
+    with running_agent_server(scratch / "load-agent-server", jobs) as server:
+        result = asyncio.run(drive_agent_server_load(server, sizes))
+    print(
+        f"  {AGENT_SERVER_BACKEND:<10} {AGENT_SERVER} ({jobs} runs at once) {len(result.finished)}/{result.planned} "
+        f"turns in {result.elapsed_s:.1f} s, {result.errors} errors, {result.lost} lost",
+        flush=True,
+    )
+    for problem in result.problems[:5]:
+        print(f"    {problem}")
+    return result, versions()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1002,7 +1199,8 @@ def report(
         if sizes.conversations == 50
         else f"### {sizes.conversations} concurrent conversations over SSE",
         "",
-        f"A real `ctxpress serve` process (uvicorn, default settings: 4 runs at once per process, "
+        f"A real `ctxpress serve` process (uvicorn, default settings: {Settings().max_concurrent_runs} runs "
+        "at once per process (the per-user share lifted to the same: the load is one user's), "
         f"the rest queued FIFO) with the built-in offline model, on SQLite and on a fresh PostgreSQL "
         f"database. {sizes.conversations} conversations, each its own `httpx.AsyncClient`, send "
         f"{sizes.turns} turns each at the same moment; each turn is `POST …/runs`, then the run's SSE "
@@ -1145,7 +1343,7 @@ def load_notes(loads: Sequence[LoadResult]) -> list[str]:
         "Reading the figures: the service process is CPU-bound on one core -- one uvicorn worker, one "
         f"event loop; it used {min(busy):.0f}-{max(busy):.0f}% of one core (its model and tool calls run "
         "in worker threads), the load generator a few per cent, so the second core mostly idles and "
-        "turns/s is one core divided by the service's CPU per turn. With 4 runs at once and "
+        f"turns/s is one core divided by the service's CPU per turn. With {Settings().max_concurrent_runs} runs at once and "
         f"{conversations} conversations, {100 * queued:.0f}% of the turns wait in the queue: their first "
         "event is the intake's `run_queued`, their time to the first token mostly the wait; run "
         "execution (`run_started` → `run_finished`) is the run itself."
@@ -1207,6 +1405,138 @@ def compression_miss(results: Sequence[CompressionResult], thread_messages: int)
     )
 
 
+PEER_MARKER = "service_load_agent_server"
+PEER_COMMAND = f"{COMMAND} --only peer"
+#: Issue 17's goals, ctxpress ÷ Agent Server measured in the same run.
+GOAL_THROUGHPUT_RATIO = 1.0
+GOAL_FIRST_TOKEN_P95_RATIO = 1.0
+
+
+@dataclass(frozen=True)
+class PeerServer:
+    """What the Agent Server phase measured, with how it ran."""
+
+    result: LoadResult
+    jobs: int
+    versions: dict[str, str]
+    #: `os.getloadavg()` before the ctxpress phase and after the Agent Server phase.
+    load_before: tuple[float, float, float]
+    load_after: tuple[float, float, float]
+
+
+def _server_row(result: LoadResult, slots: str) -> list[str]:
+    turns = max(1, len(result.turns))
+    return [
+        "ctxpress (SQLite)" if result.agent == CTXPRESS else f"{AGENT_SERVER} ({result.backend})",
+        slots,
+        f"{len(result.finished)} / {result.planned}",
+        p50_p95(result, "first_event"),
+        p50_p95(result, "first_token"),
+        p50_p95(result, "finished"),
+        f"{result.turns_per_s:.2f}",
+        f"{sum(t.events for t in result.turns) / turns:.0f}",
+        f"{sum(t.received for t in result.turns) / turns / 1024:.1f}",
+        f"{100 * result.service_cpu_s / result.elapsed_s:.0f}% / {100 * result.client_cpu_s / result.elapsed_s:.0f}%",
+        f"{1e3 * cpu_per_turn(result):.0f}",
+        str(result.errors),
+        str(result.lost),
+    ]
+
+
+def peer_report(ours: LoadResult, peer: PeerServer, sizes: Sizes, elapsed_s: float) -> list[str]:
+    """The Agent Server section of docs/benchmarks.md."""
+    theirs = peer.result
+    throughput = ours.turns_per_s / theirs.turns_per_s if theirs.turns_per_s else float("nan")
+    token_p95 = ours.p("first_token", 0.95) / theirs.p("first_token", 0.95)
+    project = project_versions()
+    shown = ", ".join(f"{name} {version}" for name, version in peer.versions.items())
+    same = [name for name, version in peer.versions.items() if project.get(name) == version]
+    slots = Settings().max_concurrent_runs
+    lines = [
+        "### The same load on LangGraph's Agent Server (issue 17)",
+        "",
+        f"Reproduce: `{PEER_COMMAND}` ({elapsed_s / 60:.0f} min here; the full run measures it too, after "
+        "the SQLite phases; the first run makes `.venv-agent-server/` in the repository: "
+        "`python -m venv`, then `pip install 'langgraph-cli[inmem]' -e '.[server]'` with the langgraph / "
+        "langchain packages pinned to the project virtualenv's versions -- `bench/agent_server.py`, which "
+        "also does only that when run alone). Load average (1 / 5 / 15 min) "
+        f"{' / '.join(f'{v:.2f}' for v in peer.load_before)} before the two phases, "
+        f"{' / '.join(f'{v:.2f}' for v in peer.load_after)} after.",
+        "",
+        f"The peer: `langgraph dev --no-browser --no-reload --n-jobs-per-worker {peer.jobs}` (LangGraph's Agent "
+        "Server, its in-memory runtime, `LANGSMITH_TRACING=false`; `langgraph dev` runs 1 run at once unless "
+        f"told, {AGENT_SERVER_JOBS} is the documented default of `N_JOBS_PER_WORKER`) serving "
+        "`bench/agent_server_graph.py`: the graph `ctxpress serve` builds for its default agent -- built-in "
+        "offline model, prompt, tools (`query_kb` over the built-in documents in a SQLite knowledge base, the "
+        "workdir file tools on a workdir per thread), ctxpress's compression middleware and the service's "
+        "other two -- without a checkpointer (the Agent Server's own, in memory). The same load as above: "
+        f"{sizes.conversations} threads (`POST /threads`), {sizes.turns} turns each, all at once, each turn "
+        f'`POST /threads/{{id}}/runs/stream` with `stream_mode: ["{AGENT_SERVER_STREAM_MODE}"]` read to its '
+        "end; first event = its `metadata` event, first token = the first `messages/partial` with text of "
+        "the model's answer. Lost messages: read back from `GET /threads/{id}/state` (each question once, "
+        "one final answer after each); a run not listed `success` counts as an error. The ctxpress row is "
+        f"`ctxpress serve` on SQLite with its defaults ({slots} runs at once), which also writes the chat "
+        "record (every message and every streamed event, in SQLite) and streams from it; measured in the same "
+        "run, just before. CPU: the server's process (with any children), load generator: this process.",
+        "",
+        *table(
+            [
+                "server",
+                "runs at once",
+                "turns done",
+                "first event p50 / p95 ms",
+                "first token p50 / p95 ms",
+                "run end p50 / p95 ms",
+                "turns/s",
+                "SSE events per turn",
+                "SSE KB per turn",
+                "CPU server / load generator (% of one core)",
+                "server CPU ms per turn",
+                "errors",
+                "lost messages",
+            ],
+            [_server_row(ours, str(slots)), _server_row(theirs, str(peer.jobs))],
+        ),
+        "",
+        "ctxpress ÷ Agent Server (same run):",
+        "",
+        *table(
+            [
+                "turns/s",
+                "first event p50 / p95",
+                "first token p50 / p95",
+                "run end p50 / p95",
+                "server CPU per turn",
+            ],
+            [
+                [
+                    ratio(ours.turns_per_s, theirs.turns_per_s),
+                    f"{ratio(ours.p('first_event', 0.5), theirs.p('first_event', 0.5))} / "
+                    f"{ratio(ours.p('first_event', 0.95), theirs.p('first_event', 0.95))}",
+                    f"{ratio(ours.p('first_token', 0.5), theirs.p('first_token', 0.5))} / "
+                    f"{ratio(ours.p('first_token', 0.95), theirs.p('first_token', 0.95))}",
+                    f"{ratio(ours.p('finished', 0.5), theirs.p('finished', 0.5))} / "
+                    f"{ratio(ours.p('finished', 0.95), theirs.p('finished', 0.95))}",
+                    ratio(cpu_per_turn(ours), cpu_per_turn(theirs)),
+                ]
+            ],
+        ),
+        "",
+        f"Goals: throughput ≥ {GOAL_THROUGHPUT_RATIO:g}× the Agent Server's: {throughput:.2f}×, "
+        + ("met" if throughput >= GOAL_THROUGHPUT_RATIO else "**missed**")
+        + f"; first-token p95 ≤ {GOAL_FIRST_TOKEN_P95_RATIO:g}× the Agent Server's: {token_p95:.2f}×, "
+        + ("met" if token_p95 <= GOAL_FIRST_TOKEN_P95_RATIO else "**missed**")
+        + ".",
+        "",
+        f"Versions in `.venv-agent-server/`: {shown}"
+        + (f" ({', '.join(same)} the same as in the project's virtualenv)." if same else "."),
+    ]
+    problems = theirs.problems + [e for t in theirs.turns for e in t.errors]
+    if problems:
+        lines.extend(["", "Agent Server problems found:", "", *(f"- {p}" for p in problems[:10])])
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = bench_parser(
         __doc__,
@@ -1218,13 +1548,28 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="run the services under cProfile and print where their time goes (slower; docs untouched)",
     )
-    parser.add_argument("--only", choices=["load", "compress"], help="run one part only (docs untouched)")
+    parser.add_argument(
+        "--only",
+        choices=["load", "compress", "peer"],
+        help="run one part only (docs untouched, except `peer`: ctxpress on SQLite and the Agent Server, "
+        "which updates its own section)",
+    )
+    parser.add_argument(
+        "--agent-server-jobs",
+        type=int,
+        default=AGENT_SERVER_JOBS,
+        help=f"runs the Agent Server executes at once (default {AGENT_SERVER_JOBS})",
+    )
     args = parser.parse_args(argv)
+    if args.only == "peer":
+        run_peer_only(args.quick, args.no_docs, args.agent_server_jobs)
+        return
     sizes = QUICK if args.quick else FULL
     started = time.perf_counter()
     loads: list[LoadResult] = []
     compressions: list[CompressionResult] = []
     skipped: list[str] = []
+    peer: PeerServer | None = None
     with tempfile.TemporaryDirectory(prefix="ctxpress-service-load-") as scratch_name:
         scratch = Path(scratch_name)
         for backend in BACKENDS:
@@ -1233,17 +1578,49 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"load, {backend}:", flush=True)
                     # Alternate the order (ctxpress first on SQLite, second on PostgreSQL) against drift.
                     for agent in (CTXPRESS, PEER) if backend == BACKENDS[0] else (PEER, CTXPRESS):
+                        load_before = os.getloadavg()
                         loads.append(load_phase(backend, agent, sizes, scratch, args.profile))
+                    if backend == "sqlite" and args.only is None and not args.profile:
+                        # The peer server right after ctxpress and the no-middleware agent on SQLite.
+                        print("load, LangGraph Agent Server:", flush=True)
+                        result, versions = agent_server_phase(sizes, scratch, args.agent_server_jobs)
+                        peer = PeerServer(
+                            result, args.agent_server_jobs, versions, load_before, os.getloadavg()
+                        )
                 if args.only != "load":
                     print(f"manual compression, {backend}:", flush=True)
                     compressions.append(compression_phase(backend, sizes, scratch, args.profile))
             except PostgresUnavailableError as exc:
                 skipped.append(f"PostgreSQL: not measured ({exc}).")
                 print(skipped[-1])
-    lines = report(sizes, loads, compressions, skipped, time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    lines = report(sizes, loads, compressions, skipped, elapsed)
     print("\n".join(lines))
+    ours = next((r for r in loads if r.backend == "sqlite" and r.agent == CTXPRESS), None)
+    peer_lines = peer_report(ours, peer, sizes, elapsed) if ours is not None and peer is not None else []
+    print("\n".join(peer_lines))
     if not (args.quick or args.no_docs or args.only or args.profile):
         update_docs(MARKER, lines)
+        if peer_lines:
+            update_docs(PEER_MARKER, peer_lines)
+
+
+def run_peer_only(quick: bool, no_docs: bool, jobs: int) -> None:
+    """`--only peer`: ctxpress on SQLite, then the Agent Server, the same load; their section of the docs."""
+    sizes = QUICK if quick else FULL
+    started = time.perf_counter()
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="ctxpress-service-load-") as scratch_name:
+        scratch = Path(scratch_name)
+        print("load, sqlite:", flush=True)
+        ours = load_phase("sqlite", CTXPRESS, sizes, scratch, profile=False)
+        print("load, LangGraph Agent Server:", flush=True)
+        result, versions = agent_server_phase(sizes, scratch, jobs)
+    peer = PeerServer(result, jobs, versions, load_before, os.getloadavg())
+    lines = peer_report(ours, peer, sizes, time.perf_counter() - started)
+    print("\n".join(lines))
+    if not (quick or no_docs):
+        update_docs(PEER_MARKER, lines)
 
 
 if __name__ == "__main__":
