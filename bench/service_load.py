@@ -527,10 +527,13 @@ def print_profile_shares(stats_file: Path) -> None:
 # --------------------------------------------------------------------------------------------------
 
 #: Runs the Agent Server executes at once (`--n-jobs-per-worker`): the documented default of its
-#: `N_JOBS_PER_WORKER` (`langgraph dev` itself would use 1 unless told).
+#: `N_JOBS_PER_WORKER` (`langgraph dev` itself would use 1 unless told); the goals are against it.
 AGENT_SERVER_JOBS = 10
-#: Its v1 message stream: `messages/metadata`, then `messages/partial` (the message so far) per chunk.
+#: Its v1 message stream (issue 17): `messages/metadata`, then per chunk `messages/partial` carrying
+#: the message so far. `messages-tuple` (`--agent-server-stream-mode`) sends each chunk once.
 AGENT_SERVER_STREAM_MODE = "messages"
+#: Rounds of the peer comparison; the order of the servers alternates between rounds (drift).
+PEER_ROUNDS = 2
 AGENT_SERVER_BACKEND = "in memory"
 
 
@@ -564,12 +567,14 @@ def _on_agent_server_event(turn: Turn, event_type: str, data: str, elapsed: floa
             turn.first_token = elapsed
 
 
-async def follow_agent_server_run(client: httpx.AsyncClient, thread_id: str, turn: Turn) -> None:
+async def follow_agent_server_run(
+    client: httpx.AsyncClient, thread_id: str, turn: Turn, stream_mode: str
+) -> None:
     """One turn: `POST /threads/{id}/runs/stream`, read to the stream's end (the run's end)."""
     body = {
         "assistant_id": GRAPH_NAME,
         "input": {"messages": [{"role": "human", "content": turn.text}]},
-        "stream_mode": [AGENT_SERVER_STREAM_MODE],
+        "stream_mode": [stream_mode],
     }
     started = time.perf_counter()
     try:
@@ -596,11 +601,11 @@ async def follow_agent_server_run(client: httpx.AsyncClient, thread_id: str, tur
 
 
 async def drive_agent_server_conversation(
-    client: httpx.AsyncClient, thread_id: str, turns: list[Turn], start: asyncio.Event
+    client: httpx.AsyncClient, thread_id: str, turns: list[Turn], start: asyncio.Event, stream_mode: str
 ) -> None:
     await start.wait()
     for turn in turns:
-        await follow_agent_server_run(client, thread_id, turn)
+        await follow_agent_server_run(client, thread_id, turn, stream_mode)
 
 
 async def check_agent_server_thread(
@@ -641,7 +646,7 @@ async def check_agent_server_thread(
     return lost, problems
 
 
-async def drive_agent_server_load(server: AgentServer, sizes: Sizes) -> LoadResult:
+async def drive_agent_server_load(server: AgentServer, sizes: Sizes, stream_mode: str) -> LoadResult:
     """The load of `drive_load` against the Agent Server: threads for conversations, its run stream."""
     timeout = httpx.Timeout(REQUEST_TIMEOUT_S)
     async with contextlib.AsyncExitStack() as stack:
@@ -658,7 +663,9 @@ async def drive_agent_server_load(server: AgentServer, sizes: Sizes) -> LoadResu
         # Warm-up, not measured (lazy imports, the knowledge base's first query), as for ctxpress.
         warm = await new_thread(clients[-1])
         for text in LOAD_TEXTS[:2]:
-            await drive_agent_server_conversation(clients[-1], warm, [Turn(-1, text)], _set_event())
+            await drive_agent_server_conversation(
+                clients[-1], warm, [Turn(-1, text)], _set_event(), stream_mode
+            )
         thread_ids = [await new_thread(client) for client in clients[:-1]]
         plan = [
             [Turn(index, LOAD_TEXTS[(index * sizes.turns + t) % len(LOAD_TEXTS)]) for t in range(sizes.turns)]
@@ -666,7 +673,7 @@ async def drive_agent_server_load(server: AgentServer, sizes: Sizes) -> LoadResu
         ]
         start = asyncio.Event()
         tasks = [
-            asyncio.create_task(drive_agent_server_conversation(client, thread_id, turns, start))
+            asyncio.create_task(drive_agent_server_conversation(client, thread_id, turns, start, stream_mode))
             for client, thread_id, turns in zip(clients[:-1], thread_ids, plan, strict=True)
         ]
         cpu = tree_cpu_s(server.pid), time.process_time()
@@ -692,11 +699,10 @@ async def drive_agent_server_load(server: AgentServer, sizes: Sizes) -> LoadResu
     return result
 
 
-def agent_server_phase(sizes: Sizes, scratch: Path, jobs: int) -> tuple[LoadResult, dict[str, str]]:
-    """The load against `langgraph dev` serving the default agent's graph; its package versions."""
-    ensure_venv()
-    with running_agent_server(scratch / "load-agent-server", jobs) as server:
-        result = asyncio.run(drive_agent_server_load(server, sizes))
+def agent_server_phase(sizes: Sizes, root: Path, jobs: int, stream_mode: str) -> LoadResult:
+    """The load against `langgraph dev` serving the default agent's graph."""
+    with running_agent_server(root, jobs) as server:
+        result = asyncio.run(drive_agent_server_load(server, sizes, stream_mode))
     print(
         f"  {AGENT_SERVER_BACKEND:<10} {AGENT_SERVER} ({jobs} runs at once) {len(result.finished)}/{result.planned} "
         f"turns in {result.elapsed_s:.1f} s, {result.errors} errors, {result.lost} lost",
@@ -704,7 +710,71 @@ def agent_server_phase(sizes: Sizes, scratch: Path, jobs: int) -> tuple[LoadResu
     )
     for problem in result.problems[:5]:
         print(f"    {problem}")
-    return result, versions()
+    return result
+
+
+@dataclass(frozen=True)
+class PeerPhase:
+    """One load of the peer comparison: which server, how many runs it executes at once, the round."""
+
+    server: str
+    slots: int
+    round: int
+    result: LoadResult
+
+
+@dataclass
+class PeerComparison:
+    """ctxpress on SQLite and the Agent Server, the same load, in alternating rounds."""
+
+    stream_mode: str
+    phases: list[PeerPhase] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+    #: `os.getloadavg()` before the first phase and after the last.
+    load_before: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    load_after: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def pooled(self, server: str, slots: int) -> LoadResult | None:
+        """Every round's turns of one server set-up as one load (times summed)."""
+        results = [p.result for p in self.phases if p.server == server and p.slots == slots]
+        if not results:
+            return None
+        merged = LoadResult(results[0].backend, results[0].agent, 0, [], 0.0)
+        for result in results:
+            merged.planned += result.planned
+            merged.turns.extend(result.turns)
+            merged.elapsed_s += result.elapsed_s
+            merged.service_cpu_s += result.service_cpu_s
+            merged.client_cpu_s += result.client_cpu_s
+            merged.lost += result.lost
+            merged.problems.extend(result.problems)
+        return merged
+
+    def set_ups(self, server: str) -> list[int]:
+        return sorted({p.slots for p in self.phases if p.server == server})
+
+
+def peer_comparison(
+    sizes: Sizes, scratch: Path, jobs: Sequence[int], rounds: int, stream_mode: str
+) -> PeerComparison:
+    """ctxpress (`ctxpress serve` on SQLite, its defaults) and the Agent Server with each of `jobs`,
+    `rounds` times, the order reversed every other round."""
+    ensure_venv()
+    comparison = PeerComparison(stream_mode, load_before=os.getloadavg())
+    slots = Settings().max_concurrent_runs
+    set_ups: list[tuple[str, int]] = [(CTXPRESS, slots), *((AGENT_SERVER, n) for n in jobs)]
+    for index in range(rounds):
+        print(f"peer comparison, round {index + 1}:", flush=True)
+        for server, n in set_ups if index % 2 == 0 else list(reversed(set_ups)):
+            root = scratch / f"peer-{index}-{server.replace(' ', '-')}-{n}"
+            if server == CTXPRESS:
+                result = load_phase("sqlite", CTXPRESS, sizes, root, profile=False)
+            else:
+                result = agent_server_phase(sizes, root, n, stream_mode)
+            comparison.phases.append(PeerPhase(server, n, index + 1, result))
+    comparison.load_after = os.getloadavg()
+    comparison.versions = versions()
+    return comparison
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1407,28 +1477,20 @@ def compression_miss(results: Sequence[CompressionResult], thread_messages: int)
 
 PEER_MARKER = "service_load_agent_server"
 PEER_COMMAND = f"{COMMAND} --only peer"
-#: Issue 17's goals, ctxpress ÷ Agent Server measured in the same run.
+#: Issue 17's goals, ctxpress ÷ Agent Server (its default run concurrency), all rounds pooled.
 GOAL_THROUGHPUT_RATIO = 1.0
 GOAL_FIRST_TOKEN_P95_RATIO = 1.0
 
 
-@dataclass(frozen=True)
-class PeerServer:
-    """What the Agent Server phase measured, with how it ran."""
-
-    result: LoadResult
-    jobs: int
-    versions: dict[str, str]
-    #: `os.getloadavg()` before the ctxpress phase and after the Agent Server phase.
-    load_before: tuple[float, float, float]
-    load_after: tuple[float, float, float]
+def _server_name(server: str, slots: int) -> str:
+    return "ctxpress (SQLite)" if server == CTXPRESS else f"Agent Server, {slots} runs at once"
 
 
-def _server_row(result: LoadResult, slots: str) -> list[str]:
+def _server_row(label: str, slots: int, result: LoadResult) -> list[str]:
     turns = max(1, len(result.turns))
     return [
-        "ctxpress (SQLite)" if result.agent == CTXPRESS else f"{AGENT_SERVER} ({result.backend})",
-        slots,
+        label,
+        str(slots),
         f"{len(result.finished)} / {result.planned}",
         p50_p95(result, "first_event"),
         p50_p95(result, "first_token"),
@@ -1443,44 +1505,51 @@ def _server_row(result: LoadResult, slots: str) -> list[str]:
     ]
 
 
-def peer_report(ours: LoadResult, peer: PeerServer, sizes: Sizes, elapsed_s: float) -> list[str]:
-    """The Agent Server section of docs/benchmarks.md."""
-    theirs = peer.result
-    throughput = ours.turns_per_s / theirs.turns_per_s if theirs.turns_per_s else float("nan")
-    token_p95 = ours.p("first_token", 0.95) / theirs.p("first_token", 0.95)
-    project = project_versions()
-    shown = ", ".join(f"{name} {version}" for name, version in peer.versions.items())
-    same = [name for name, version in peer.versions.items() if project.get(name) == version]
-    slots = Settings().max_concurrent_runs
-    lines = [
-        "### The same load on LangGraph's Agent Server (issue 17)",
-        "",
-        f"Reproduce: `{PEER_COMMAND}` ({elapsed_s / 60:.0f} min here; the full run measures it too, after "
-        "the SQLite phases; the first run makes `.venv-agent-server/` in the repository: "
-        "`python -m venv`, then `pip install 'langgraph-cli[inmem]' -e '.[server]'` with the langgraph / "
-        "langchain packages pinned to the project virtualenv's versions -- `bench/agent_server.py`, which "
-        "also does only that when run alone). Load average (1 / 5 / 15 min) "
-        f"{' / '.join(f'{v:.2f}' for v in peer.load_before)} before the two phases, "
-        f"{' / '.join(f'{v:.2f}' for v in peer.load_after)} after.",
-        "",
-        f"The peer: `langgraph dev --no-browser --no-reload --n-jobs-per-worker {peer.jobs}` (LangGraph's Agent "
-        "Server, its in-memory runtime, `LANGSMITH_TRACING=false`; `langgraph dev` runs 1 run at once unless "
-        f"told, {AGENT_SERVER_JOBS} is the documented default of `N_JOBS_PER_WORKER`) serving "
-        "`bench/agent_server_graph.py`: the graph `ctxpress serve` builds for its default agent -- built-in "
-        "offline model, prompt, tools (`query_kb` over the built-in documents in a SQLite knowledge base, the "
-        "workdir file tools on a workdir per thread), ctxpress's compression middleware and the service's "
-        "other two -- without a checkpointer (the Agent Server's own, in memory). The same load as above: "
-        f"{sizes.conversations} threads (`POST /threads`), {sizes.turns} turns each, all at once, each turn "
-        f'`POST /threads/{{id}}/runs/stream` with `stream_mode: ["{AGENT_SERVER_STREAM_MODE}"]` read to its '
-        "end; first event = its `metadata` event, first token = the first `messages/partial` with text of "
-        "the model's answer. Lost messages: read back from `GET /threads/{id}/state` (each question once, "
-        "one final answer after each); a run not listed `success` counts as an error. The ctxpress row is "
-        f"`ctxpress serve` on SQLite with its defaults ({slots} runs at once), which also writes the chat "
-        "record (every message and every streamed event, in SQLite) and streams from it; measured in the same "
-        "run, just before. CPU: the server's process (with any children), load generator: this process.",
-        "",
+def _ratio_row(label: str, ours: LoadResult, theirs: LoadResult) -> list[str]:
+    def pair(attribute: str) -> str:
+        return (
+            f"{ratio(ours.p(attribute, 0.5), theirs.p(attribute, 0.5))} / "
+            f"{ratio(ours.p(attribute, 0.95), theirs.p(attribute, 0.95))}"
+        )
+
+    return [
+        label,
+        ratio(ours.turns_per_s, theirs.turns_per_s),
+        pair("first_event"),
+        pair("first_token"),
+        pair("finished"),
+        ratio(cpu_per_turn(ours), cpu_per_turn(theirs)),
+    ]
+
+
+def peer_tables(comparison: PeerComparison) -> list[str]:
+    """Every load of every round, then ctxpress ÷ each Agent Server set-up, per round and pooled."""
+    rows = [
+        [str(p.round), *_server_row(_server_name(p.server, p.slots), p.slots, p.result)]
+        for p in comparison.phases
+    ]
+    ratios = []
+    ours_slots = comparison.set_ups(CTXPRESS)[0]
+    for jobs in comparison.set_ups(AGENT_SERVER):
+        rounds = sorted({p.round for p in comparison.phases})
+        for number in rounds:
+            ours = next(p.result for p in comparison.phases if p.server == CTXPRESS and p.round == number)
+            theirs = next(
+                p.result
+                for p in comparison.phases
+                if p.server == AGENT_SERVER and p.slots == jobs and p.round == number
+            )
+            ratios.append(_ratio_row(f"{jobs} runs at once, round {number}", ours, theirs))
+        pooled_ours, pooled_theirs = (
+            comparison.pooled(CTXPRESS, ours_slots),
+            comparison.pooled(AGENT_SERVER, jobs),
+        )
+        assert pooled_ours is not None and pooled_theirs is not None
+        ratios.append(_ratio_row(f"**{jobs} runs at once, all rounds**", pooled_ours, pooled_theirs))
+    return [
         *table(
             [
+                "round",
                 "server",
                 "runs at once",
                 "turns done",
@@ -1495,43 +1564,92 @@ def peer_report(ours: LoadResult, peer: PeerServer, sizes: Sizes, elapsed_s: flo
                 "errors",
                 "lost messages",
             ],
-            [_server_row(ours, str(slots)), _server_row(theirs, str(peer.jobs))],
+            rows,
         ),
         "",
-        "ctxpress ÷ Agent Server (same run):",
+        "ctxpress ÷ Agent Server (same run; all rounds = every round's turns pooled):",
         "",
         *table(
             [
+                "Agent Server",
                 "turns/s",
                 "first event p50 / p95",
                 "first token p50 / p95",
                 "run end p50 / p95",
                 "server CPU per turn",
             ],
-            [
-                [
-                    ratio(ours.turns_per_s, theirs.turns_per_s),
-                    f"{ratio(ours.p('first_event', 0.5), theirs.p('first_event', 0.5))} / "
-                    f"{ratio(ours.p('first_event', 0.95), theirs.p('first_event', 0.95))}",
-                    f"{ratio(ours.p('first_token', 0.5), theirs.p('first_token', 0.5))} / "
-                    f"{ratio(ours.p('first_token', 0.95), theirs.p('first_token', 0.95))}",
-                    f"{ratio(ours.p('finished', 0.5), theirs.p('finished', 0.5))} / "
-                    f"{ratio(ours.p('finished', 0.95), theirs.p('finished', 0.95))}",
-                    ratio(cpu_per_turn(ours), cpu_per_turn(theirs)),
-                ]
-            ],
+            ratios,
         ),
-        "",
-        f"Goals: throughput ≥ {GOAL_THROUGHPUT_RATIO:g}× the Agent Server's: {throughput:.2f}×, "
+    ]
+
+
+def peer_goals(comparison: PeerComparison) -> str:
+    ours = comparison.pooled(CTXPRESS, comparison.set_ups(CTXPRESS)[0])
+    theirs = comparison.pooled(AGENT_SERVER, AGENT_SERVER_JOBS)
+    if ours is None or theirs is None:
+        return f"Goals: not judged (no Agent Server load with its default {AGENT_SERVER_JOBS} runs at once)."
+    throughput = ours.turns_per_s / theirs.turns_per_s
+    token_p95 = ours.p("first_token", 0.95) / theirs.p("first_token", 0.95)
+    return (
+        f"Goals (all rounds, against the Agent Server's default {AGENT_SERVER_JOBS} runs at once): throughput "
+        f"≥ {GOAL_THROUGHPUT_RATIO:g}× the Agent Server's: {throughput:.2f}×, "
         + ("met" if throughput >= GOAL_THROUGHPUT_RATIO else "**missed**")
         + f"; first-token p95 ≤ {GOAL_FIRST_TOKEN_P95_RATIO:g}× the Agent Server's: {token_p95:.2f}×, "
         + ("met" if token_p95 <= GOAL_FIRST_TOKEN_P95_RATIO else "**missed**")
-        + ".",
+        + "."
+    )
+
+
+def peer_report(comparison: PeerComparison, sizes: Sizes, elapsed_s: float) -> list[str]:
+    """The Agent Server section of docs/benchmarks.md."""
+    project = project_versions()
+    shown = ", ".join(f"{name} {version}" for name, version in comparison.versions.items())
+    same = [name for name, version in comparison.versions.items() if project.get(name) == version]
+    slots = Settings().max_concurrent_runs
+    rounds = max((p.round for p in comparison.phases), default=0)
+    lines = [
+        "### The same load on LangGraph's Agent Server (issue 17)",
+        "",
+        f"Reproduce: `{PEER_COMMAND}` ({elapsed_s / 60:.0f} min here; the full run measures it too, after "
+        "the other phases; the first run makes `.venv-agent-server/` in the repository: `python -m venv`, "
+        "then `pip install 'langgraph-cli[inmem]' -e '.[server]'` with the langgraph / langchain packages "
+        "pinned to the project virtualenv's versions -- `bench/agent_server.py`, which does only that when "
+        "run alone). Load average (1 / 5 / 15 min) "
+        f"{' / '.join(f'{v:.2f}' for v in comparison.load_before)} before the phases, "
+        f"{' / '.join(f'{v:.2f}' for v in comparison.load_after)} after (2 cores, shared).",
+        "",
+        "The peer: `langgraph dev --no-browser --no-reload --n-jobs-per-worker N` (LangGraph's Agent Server, "
+        "its in-memory runtime, `LANGSMITH_TRACING=false`; `langgraph dev` executes 1 run at a time unless "
+        f"told; {AGENT_SERVER_JOBS} is the documented default of `N_JOBS_PER_WORKER`, the goals are against "
+        f"it; {slots} is ctxpress's default) serving `bench/agent_server_graph.py`: the graph `ctxpress serve` "
+        "builds for its default agent -- built-in offline model, prompt, tools (`query_kb` over the built-in "
+        "documents in a SQLite knowledge base, the workdir file tools on a workdir per thread), ctxpress's "
+        "compression middleware and the service's other two -- without a checkpointer (the Agent Server's "
+        f"own, in memory). The same load as above: {sizes.conversations} threads (`POST /threads`), "
+        f"{sizes.turns} turns each, all at once, each turn `POST /threads/{{id}}/runs/stream` with "
+        f'`stream_mode: ["{comparison.stream_mode}"]` read to its end; first event = its `metadata` event '
+        "(sent when a worker starts the run: a queued run sends nothing before), first token = the first "
+        "message event with text of the model's answer. Lost messages: read back from "
+        "`GET /threads/{id}/state` (each question once, one final answer after each); a run not listed "
+        f"`success` counts as an error. ctxpress: `ctxpress serve` on SQLite with its defaults ({slots} runs "
+        "at once), which also writes the chat record (every message and the run's durable events, in "
+        "SQLite), answers the POST at once (`run_queued`) and streams the run from its events. "
+        f"{rounds} rounds, the servers' order reversed in the second; every server starts empty and gets "
+        "two warm-up turns. CPU: the server's process (with any children); load generator: this process.",
+        "",
+        *peer_tables(comparison),
+        "",
+        peer_goals(comparison),
         "",
         f"Versions in `.venv-agent-server/`: {shown}"
         + (f" ({', '.join(same)} the same as in the project's virtualenv)." if same else "."),
     ]
-    problems = theirs.problems + [e for t in theirs.turns for e in t.errors]
+    problems = [
+        item
+        for p in comparison.phases
+        if p.server == AGENT_SERVER
+        for item in [*p.result.problems, *(e for t in p.result.turns for e in t.errors)]
+    ]
     if problems:
         lines.extend(["", "Agent Server problems found:", "", *(f"- {p}" for p in problems[:10])])
     return lines
@@ -1551,76 +1669,64 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--only",
         choices=["load", "compress", "peer"],
-        help="run one part only (docs untouched, except `peer`: ctxpress on SQLite and the Agent Server, "
-        "which updates its own section)",
+        help="run one part only (docs untouched, except `peer`: ctxpress on SQLite and LangGraph's Agent "
+        "Server, which updates its own section)",
     )
     parser.add_argument(
         "--agent-server-jobs",
         type=int,
-        default=AGENT_SERVER_JOBS,
-        help=f"runs the Agent Server executes at once (default {AGENT_SERVER_JOBS})",
+        nargs="+",
+        default=None,
+        help=f"runs the Agent Server executes at once, one load per value (default: {AGENT_SERVER_JOBS} "
+        "and ctxpress's own number)",
+    )
+    parser.add_argument("--rounds", type=int, default=PEER_ROUNDS, help="rounds of the peer comparison")
+    parser.add_argument(
+        "--agent-server-stream-mode",
+        choices=["messages", "messages-tuple"],
+        default=AGENT_SERVER_STREAM_MODE,
+        help="the Agent Server's stream mode",
     )
     args = parser.parse_args(argv)
-    if args.only == "peer":
-        run_peer_only(args.quick, args.no_docs, args.agent_server_jobs)
-        return
+    jobs = args.agent_server_jobs or sorted({AGENT_SERVER_JOBS, Settings().max_concurrent_runs})
     sizes = QUICK if args.quick else FULL
     started = time.perf_counter()
     loads: list[LoadResult] = []
     compressions: list[CompressionResult] = []
     skipped: list[str] = []
-    peer: PeerServer | None = None
+    comparison: PeerComparison | None = None
+    docs = not (args.quick or args.no_docs or args.profile)
     with tempfile.TemporaryDirectory(prefix="ctxpress-service-load-") as scratch_name:
         scratch = Path(scratch_name)
-        for backend in BACKENDS:
+        for backend in BACKENDS if args.only != "peer" else ():
             try:
                 if args.only != "compress":
                     print(f"load, {backend}:", flush=True)
                     # Alternate the order (ctxpress first on SQLite, second on PostgreSQL) against drift.
                     for agent in (CTXPRESS, PEER) if backend == BACKENDS[0] else (PEER, CTXPRESS):
-                        load_before = os.getloadavg()
                         loads.append(load_phase(backend, agent, sizes, scratch, args.profile))
-                    if backend == "sqlite" and args.only is None and not args.profile:
-                        # The peer server right after ctxpress and the no-middleware agent on SQLite.
-                        print("load, LangGraph Agent Server:", flush=True)
-                        result, versions = agent_server_phase(sizes, scratch, args.agent_server_jobs)
-                        peer = PeerServer(
-                            result, args.agent_server_jobs, versions, load_before, os.getloadavg()
-                        )
                 if args.only != "load":
                     print(f"manual compression, {backend}:", flush=True)
                     compressions.append(compression_phase(backend, sizes, scratch, args.profile))
             except PostgresUnavailableError as exc:
                 skipped.append(f"PostgreSQL: not measured ({exc}).")
                 print(skipped[-1])
-    elapsed = time.perf_counter() - started
-    lines = report(sizes, loads, compressions, skipped, elapsed)
-    print("\n".join(lines))
-    ours = next((r for r in loads if r.backend == "sqlite" and r.agent == CTXPRESS), None)
-    peer_lines = peer_report(ours, peer, sizes, elapsed) if ours is not None and peer is not None else []
-    print("\n".join(peer_lines))
-    if not (args.quick or args.no_docs or args.only or args.profile):
-        update_docs(MARKER, lines)
-        if peer_lines:
+        if args.only in (None, "peer") and not args.profile:
+            peer_started = time.perf_counter()
+            comparison = peer_comparison(
+                sizes, scratch / "peer", jobs, args.rounds, args.agent_server_stream_mode
+            )
+            peer_elapsed = time.perf_counter() - peer_started
+    if args.only != "peer":
+        lines = report(sizes, loads, compressions, skipped, time.perf_counter() - started)
+        print("\n".join(lines))
+        if docs and args.only is None:
+            update_docs(MARKER, lines)
+    if comparison is not None:
+        peer_lines = peer_report(comparison, sizes, peer_elapsed)
+        print("\n".join(peer_lines))
+        if docs:
             update_docs(PEER_MARKER, peer_lines)
-
-
-def run_peer_only(quick: bool, no_docs: bool, jobs: int) -> None:
-    """`--only peer`: ctxpress on SQLite, then the Agent Server, the same load; their section of the docs."""
-    sizes = QUICK if quick else FULL
-    started = time.perf_counter()
-    load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="ctxpress-service-load-") as scratch_name:
-        scratch = Path(scratch_name)
-        print("load, sqlite:", flush=True)
-        ours = load_phase("sqlite", CTXPRESS, sizes, scratch, profile=False)
-        print("load, LangGraph Agent Server:", flush=True)
-        result, versions = agent_server_phase(sizes, scratch, jobs)
-    peer = PeerServer(result, jobs, versions, load_before, os.getloadavg())
-    lines = peer_report(ours, peer, sizes, time.perf_counter() - started)
-    print("\n".join(lines))
-    if not (quick or no_docs):
-        update_docs(PEER_MARKER, lines)
 
 
 if __name__ == "__main__":
