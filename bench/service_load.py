@@ -1600,6 +1600,54 @@ def peer_goals(comparison: PeerComparison) -> str:
     )
 
 
+def peer_notes(comparison: PeerComparison) -> list[str]:
+    """What the figures say, from the CPU and stream columns (pooled over the rounds)."""
+    ours = comparison.pooled(CTXPRESS, comparison.set_ups(CTXPRESS)[0])
+    theirs = {jobs: comparison.pooled(AGENT_SERVER, jobs) for jobs in comparison.set_ups(AGENT_SERVER)}
+    if ours is None or not theirs:
+        return []
+
+    def busy(result: LoadResult) -> str:
+        return f"{100 * result.service_cpu_s / result.elapsed_s:.0f}%"
+
+    def client(result: LoadResult) -> str:
+        return f"{100 * result.client_cpu_s / result.elapsed_s:.0f}%"
+
+    def kb(result: LoadResult) -> str:
+        return f"{sum(t.received for t in result.turns) / max(1, len(result.turns)) / 1024:.0f} KB"
+
+    peers = [result for result in theirs.values() if result is not None]
+    cpu = ", ".join(
+        f"{ratio(cpu_per_turn(ours), cpu_per_turn(result))} ({jobs} runs at once)"
+        for jobs, result in theirs.items()
+        if result is not None
+    )
+    used = ", ".join(f"{busy(result)} at {jobs}" for jobs, result in theirs.items() if result is not None)
+    return [
+        f"Reading the figures: ctxpress's process spends {cpu} the Agent Server's CPU per turn. Per turn "
+        "the service writes the chat record (the user message, every assistant and tool message) and the "
+        "run's durable events to SQLite, and its SSE streams read them back; the Agent Server keeps "
+        "threads, runs and checkpoints in its process's memory and streams from an in-process queue. Its "
+        "uvicorn also runs on uvloop and httptools (installed with `langgraph-api`), ctxpress's on asyncio "
+        "and h11 -- part of the difference, not separated here. The Agent Server used "
+        f"{used} runs at once (% of one core; ctxpress {busy(ours)}): at its default of "
+        f"{AGENT_SERVER_JOBS} it mostly waits, its throughput set by its run limit rather than by its CPU, "
+        "so the throughput goal is against that limit; with as many runs at once as ctxpress it is "
+        "CPU-bound too. First event: ctxpress sends it at intake, before the run starts (`run_queued` when "
+        "the run waits); the Agent Server's stream says nothing until a worker starts the run, so its first "
+        "event comes shortly before its first token and both include the wait. Its "
+        f"`{comparison.stream_mode}` stream sends "
+        + (
+            "the whole message so far with every chunk"
+            if comparison.stream_mode == "messages"
+            else "every chunk with the run's metadata"
+        )
+        + f": {', '.join(kb(result) for result in peers)} per turn against ctxpress's {kb(ours)}, and the load "
+        f"generator spent {', '.join(client(result) for result in peers)} of a core reading it (ctxpress "
+        f"{client(ours)}) -- on the same two cores as the servers.",
+    ]
+
+
 def peer_report(comparison: PeerComparison, sizes: Sizes, elapsed_s: float) -> list[str]:
     """The Agent Server section of docs/benchmarks.md."""
     project = project_versions()
@@ -1638,6 +1686,8 @@ def peer_report(comparison: PeerComparison, sizes: Sizes, elapsed_s: float) -> l
         "two warm-up turns. CPU: the server's process (with any children); load generator: this process.",
         "",
         *peer_tables(comparison),
+        "",
+        *peer_notes(comparison),
         "",
         peer_goals(comparison),
         "",
