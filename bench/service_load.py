@@ -721,6 +721,8 @@ class PeerPhase:
     slots: int
     round: int
     result: LoadResult
+    #: The machine's 1-minute load average right after the load.
+    load_average: float
 
 
 @dataclass
@@ -771,7 +773,7 @@ def peer_comparison(
                 result = load_phase("sqlite", CTXPRESS, sizes, root, profile=False)
             else:
                 result = agent_server_phase(sizes, root, n, stream_mode)
-            comparison.phases.append(PeerPhase(server, n, index + 1, result))
+            comparison.phases.append(PeerPhase(server, n, index + 1, result, os.getloadavg()[0]))
     comparison.load_after = os.getloadavg()
     comparison.versions = versions()
     return comparison
@@ -1525,7 +1527,11 @@ def _ratio_row(label: str, ours: LoadResult, theirs: LoadResult) -> list[str]:
 def peer_tables(comparison: PeerComparison) -> list[str]:
     """Every load of every round, then ctxpress ÷ each Agent Server set-up, per round and pooled."""
     rows = [
-        [str(p.round), *_server_row(_server_name(p.server, p.slots), p.slots, p.result)]
+        [
+            str(p.round),
+            *_server_row(_server_name(p.server, p.slots), p.slots, p.result),
+            f"{p.load_average:.1f}",
+        ]
         for p in comparison.phases
     ]
     ratios = []
@@ -1563,6 +1569,7 @@ def peer_tables(comparison: PeerComparison) -> list[str]:
                 "server CPU ms per turn",
                 "errors",
                 "lost messages",
+                "load average after (2 cores)",
             ],
             rows,
         ),
@@ -1603,12 +1610,16 @@ def peer_goals(comparison: PeerComparison) -> str:
 def peer_notes(comparison: PeerComparison) -> list[str]:
     """What the figures say, from the CPU and stream columns (pooled over the rounds)."""
     ours = comparison.pooled(CTXPRESS, comparison.set_ups(CTXPRESS)[0])
-    theirs = {jobs: comparison.pooled(AGENT_SERVER, jobs) for jobs in comparison.set_ups(AGENT_SERVER)}
+    theirs = {
+        jobs: result
+        for jobs in comparison.set_ups(AGENT_SERVER)
+        if (result := comparison.pooled(AGENT_SERVER, jobs)) is not None
+    }
     if ours is None or not theirs:
         return []
 
-    def busy(result: LoadResult) -> str:
-        return f"{100 * result.service_cpu_s / result.elapsed_s:.0f}%"
+    def busy(result: LoadResult) -> float:
+        return 100 * result.service_cpu_s / result.elapsed_s
 
     def client(result: LoadResult) -> str:
         return f"{100 * result.client_cpu_s / result.elapsed_s:.0f}%"
@@ -1616,36 +1627,45 @@ def peer_notes(comparison: PeerComparison) -> list[str]:
     def kb(result: LoadResult) -> str:
         return f"{sum(t.received for t in result.turns) / max(1, len(result.turns)) / 1024:.0f} KB"
 
-    peers = [result for result in theirs.values() if result is not None]
     cpu = ", ".join(
-        f"{ratio(cpu_per_turn(ours), cpu_per_turn(result))} ({jobs} runs at once)"
-        for jobs, result in theirs.items()
-        if result is not None
+        f"{ratio(cpu_per_turn(ours), cpu_per_turn(r))} ({jobs} runs at once)" for jobs, r in theirs.items()
     )
-    used = ", ".join(f"{busy(result)} at {jobs}" for jobs, result in theirs.items() if result is not None)
-    return [
-        f"Reading the figures: ctxpress's process spends {cpu} the Agent Server's CPU per turn. Per turn "
-        "the service writes the chat record (the user message, every assistant and tool message) and the "
-        "run's durable events to SQLite, and its SSE streams read them back; the Agent Server keeps "
-        "threads, runs and checkpoints in its process's memory and streams from an in-process queue. Its "
-        "uvicorn also runs on uvloop and httptools (installed with `langgraph-api`), ctxpress's on asyncio "
-        "and h11 -- part of the difference, not separated here. The Agent Server used "
-        f"{used} runs at once (% of one core; ctxpress {busy(ours)}): at its default of "
-        f"{AGENT_SERVER_JOBS} it mostly waits, its throughput set by its run limit rather than by its CPU, "
-        "so the throughput goal is against that limit; with as many runs at once as ctxpress it is "
-        "CPU-bound too. First event: ctxpress sends it at intake, before the run starts (`run_queued` when "
-        "the run waits); the Agent Server's stream says nothing until a worker starts the run, so its first "
-        "event comes shortly before its first token and both include the wait. Its "
+    used = ", ".join(f"{busy(r):.0f}% at {jobs} runs at once" for jobs, r in theirs.items())
+    default, most = theirs.get(AGENT_SERVER_JOBS), theirs[max(theirs)]
+    # Its run limit binds when more runs at once bring more turns/s (and more CPU used).
+    limited = default is not None and most is not default and most.turns_per_s > 1.15 * default.turns_per_s
+    busiest = max(p.load_average for p in comparison.phases)
+    lines = [
+        f"Reading the figures: ctxpress's process spends {cpu} the Agent Server's CPU per turn (process CPU "
+        "time: the steadiest figure on a shared machine). Per turn the service writes the chat record (the "
+        "user message, every assistant and tool message) and the run's durable events to SQLite, and its "
+        "SSE streams read them back; the Agent Server keeps threads, runs and checkpoints in its process's "
+        "memory and streams from an in-process queue. Its uvicorn also runs on uvloop and httptools "
+        "(installed with `langgraph-api`), ctxpress's on asyncio and h11 -- part of the difference, not "
+        f"separated here. Busy: the Agent Server {used}, ctxpress {busy(ours):.0f}% (% of one core; the "
+        f"machine's load average reached {busiest:.1f} on 2 cores, so no server had a core to itself and "
+        "turns/s and latencies move by ±20% from round to round)."
+        + (
+            f" At its default of {AGENT_SERVER_JOBS} runs at once the Agent Server's throughput is set by "
+            f"that limit: {max(theirs)} at once gave it {ratio(most.turns_per_s, default.turns_per_s)} the "
+            "turns/s."
+            if limited and default is not None
+            else ""
+        )
+        + " First event: ctxpress sends it at intake, before the run starts (`run_queued` when the run "
+        "waits); the Agent Server's stream says nothing until a worker starts the run, so its first event "
+        "comes shortly before its first token and both include the wait in its queue. Its "
         f"`{comparison.stream_mode}` stream sends "
         + (
             "the whole message so far with every chunk"
             if comparison.stream_mode == "messages"
             else "every chunk with the run's metadata"
         )
-        + f": {', '.join(kb(result) for result in peers)} per turn against ctxpress's {kb(ours)}, and the load "
-        f"generator spent {', '.join(client(result) for result in peers)} of a core reading it (ctxpress "
+        + f": {', '.join(kb(r) for r in theirs.values())} per turn against ctxpress's {kb(ours)}, and the "
+        f"load generator spent {', '.join(client(r) for r in theirs.values())} of a core reading it (ctxpress "
         f"{client(ours)}) -- on the same two cores as the servers.",
     ]
+    return lines
 
 
 def peer_report(comparison: PeerComparison, sizes: Sizes, elapsed_s: float) -> list[str]:
