@@ -1701,7 +1701,7 @@ def peer_report(comparison: PeerComparison, sizes: Sizes, elapsed_s: float) -> l
         "`GET /threads/{id}/state` (each question once, one final answer after each); a run not listed "
         f"`success` counts as an error. ctxpress: `ctxpress serve` on SQLite with its defaults ({slots} runs "
         "at once), which also writes the chat record (every message and the run's durable events, in "
-        "SQLite), answers the POST at once (`run_queued`) and streams the run from its events. "
+        "SQLite), announces the run at intake (`run_queued` when it waits) and streams it from its events. "
         f"{rounds} rounds, the servers' order reversed in the second; every server starts empty and gets "
         "two warm-up turns. CPU: the server's process (with any children); load generator: this process.",
         "",
