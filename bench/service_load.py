@@ -31,6 +31,12 @@ repeatedly: one real run over HTTP (new messages after the previous cutoff), `PO
 The figure is its HTTP round trip minus the summary model's own time, measured inside the service;
 the service also times each step of the call (the "where the time goes" table).
 
+LangGraph's Agent Server (issue 17; `--only peer` alone, updating its own section): the same load
+against `langgraph dev` (its in-memory runtime, in `.venv-agent-server/`, made by `bench/agent_server.py`)
+serving the default agent's graph (`bench/agent_server_graph.py`), at its documented default of 10
+runs at once and at ctxpress's number, against `ctxpress serve` on SQLite, in two rounds of alternating
+order. Ratios are ctxpress ÷ Agent Server, every round's turns pooled.
+
 `--profile` runs the services under cProfile (event-loop thread; slower, docs untouched) and prints
 where their time goes: per package during each load, the top functions of the compress calls.
 """
