@@ -31,6 +31,12 @@ repeatedly: one real run over HTTP (new messages after the previous cutoff), `PO
 The figure is its HTTP round trip minus the summary model's own time, measured inside the service;
 the service also times each step of the call (the "where the time goes" table).
 
+LangGraph's Agent Server (issue 17; `--only peer` alone, updating its own section): the same load
+against `langgraph dev` (its in-memory runtime, in `.venv-agent-server/`, made by `bench/agent_server.py`)
+serving the default agent's graph (`bench/agent_server_graph.py`), at its documented default of 10
+runs at once and at ctxpress's number, against `ctxpress serve` on SQLite, in two rounds of alternating
+order. Ratios are ctxpress ÷ Agent Server, every round's turns pooled.
+
 `--profile` runs the services under cProfile (event-loop thread; slower, docs untouched) and prints
 where their time goes: per package during each load, the top functions of the compress calls.
 """
@@ -58,6 +64,15 @@ import psycopg
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 
+from agent_server import (
+    GRAPH_NAME,
+    AgentServer,
+    ensure_venv,
+    project_versions,
+    running_agent_server,
+    tree_cpu_s,
+    versions,
+)
 from common import REPO_ROOT, bench_parser, percentile, ratio, table, update_docs
 from ctxpress.app.server.agents_file import default_agent
 from ctxpress.app.server.repositories.checkpoint_rows import ThreadStorage
@@ -75,7 +90,7 @@ MARKER = "service_load"
 COMMAND = ".venv/bin/python bench/service_load.py"
 BENCH_DIR = Path(__file__).resolve().parent
 BACKENDS: tuple[str, ...] = ("sqlite", "postgresql")
-CTXPRESS, PEER = "ctxpress", "no middleware"
+CTXPRESS, PEER, AGENT_SERVER = "ctxpress", "no middleware", "LangGraph Agent Server"
 TIMED_COMMAND: tuple[str, ...] = (sys.executable, str(BENCH_DIR / "timed_service.py"), "{port}")
 GOAL_LOST = 0
 GOAL_COMPRESS_P50_MS = 50.0
@@ -191,6 +206,8 @@ class Turn:
     status: str | None = None
     queued: bool = False
     events: int = 0
+    #: Bytes of the SSE stream(s) read for the turn (lines without their line ends).
+    received: int = 0
     announced: set[int] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
 
@@ -272,6 +289,7 @@ async def follow_run(client: httpx.AsyncClient, turn: Turn, started: float) -> N
                     return
                 fields: dict[str, str] = {}
                 async for line in response.aiter_lines():
+                    turn.received += len(line.encode())
                     if line == "":
                         if "event" in fields:
                             last_id = fields["id"]
@@ -508,6 +526,263 @@ def print_profile_shares(stats_file: Path) -> None:
     )
     for group, seconds in sorted(grouped.items(), key=lambda item: -item[1]):
         print(f"      {100 * seconds / busy:5.1f}%  {group}")
+
+
+# --------------------------------------------------------------------------------------------------
+# The peer server: LangGraph's Agent Server (`langgraph dev`, in-memory runtime), same load
+# --------------------------------------------------------------------------------------------------
+
+#: Runs the Agent Server executes at once (`--n-jobs-per-worker`): the documented default of its
+#: `N_JOBS_PER_WORKER` (`langgraph dev` itself would use 1 unless told); the goals are against it.
+AGENT_SERVER_JOBS = 10
+#: Its v1 message stream (issue 17): `messages/metadata`, then per chunk `messages/partial` carrying
+#: the message so far. `messages-tuple` (`--agent-server-stream-mode`) sends each chunk once.
+AGENT_SERVER_STREAM_MODE = "messages"
+#: Rounds of the peer comparison; the order of the servers alternates between rounds (drift).
+PEER_ROUNDS = 2
+AGENT_SERVER_BACKEND = "in memory"
+
+
+def _message_text(message: Any) -> str:
+    """The text of a streamed or stored message dict (string content, or text blocks)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(block.get("text", "")) for block in content if isinstance(block, dict))
+    return ""
+
+
+def _is_ai(message: Any) -> bool:
+    return isinstance(message, dict) and str(message.get("type", "")).lower() in {"ai", "aimessagechunk"}
+
+
+def _on_agent_server_event(turn: Turn, event_type: str, data: str, elapsed: float) -> None:
+    turn.events += 1
+    if turn.first_event is None:
+        turn.first_event = elapsed
+    if event_type == "metadata" and turn.run_id is None:
+        turn.run_id = str(json.loads(data).get("run_id"))
+    elif event_type == "error":
+        turn.errors.append(f"run error: {data[:200]}")
+    elif event_type.startswith("messages") and turn.first_token is None and event_type != "messages/metadata":
+        payload = json.loads(data)
+        # v1 modes: a list of messages; `messages-tuple`: [chunk, metadata].
+        messages = payload if event_type != "messages" else payload[:1]
+        if any(_is_ai(m) and _message_text(m) for m in messages):
+            turn.first_token = elapsed
+
+
+async def follow_agent_server_run(
+    client: httpx.AsyncClient, thread_id: str, turn: Turn, stream_mode: str
+) -> None:
+    """One turn: `POST /threads/{id}/runs/stream`, read to the stream's end (the run's end)."""
+    body = {
+        "assistant_id": GRAPH_NAME,
+        "input": {"messages": [{"role": "human", "content": turn.text}]},
+        "stream_mode": [stream_mode],
+    }
+    started = time.perf_counter()
+    try:
+        async with client.stream("POST", f"/threads/{thread_id}/runs/stream", json=body) as response:
+            if response.status_code != 200:
+                turn.errors.append(f"runs/stream: HTTP {response.status_code}")
+                return
+            fields: dict[str, str] = {}
+            async for line in response.aiter_lines():
+                turn.received += len(line.encode())
+                if line == "":
+                    if "event" in fields:
+                        elapsed = time.perf_counter() - started
+                        _on_agent_server_event(turn, fields["event"], fields.get("data", "null"), elapsed)
+                    fields = {}
+                elif not line.startswith(":"):
+                    name, _, value = line.partition(":")
+                    fields[name] = value[1:] if value.startswith(" ") else value
+    except httpx.HTTPError as exc:
+        turn.errors.append(f"stream broken ({type(exc).__name__})")
+        return
+    turn.finished = time.perf_counter() - started
+    turn.status = "ended"
+
+
+async def drive_agent_server_conversation(
+    client: httpx.AsyncClient, thread_id: str, turns: list[Turn], start: asyncio.Event, stream_mode: str
+) -> None:
+    await start.wait()
+    for turn in turns:
+        await follow_agent_server_run(client, thread_id, turn, stream_mode)
+
+
+async def check_agent_server_thread(
+    client: httpx.AsyncClient, thread_id: str, turns: Sequence[Turn]
+) -> tuple[int, list[str]]:
+    """Lost messages of a thread, read back from its state (each question once, one final answer
+    after each) and runs that did not end `success` (its run list), as errors."""
+    problems: list[str] = []
+    response = await client.get(f"/threads/{thread_id}/state")
+    response.raise_for_status()
+    messages = response.json()["values"]["messages"]
+    segments: list[tuple[str, list[dict[str, Any]]]] = []
+    for message in messages:
+        if message.get("type") == "human":
+            segments.append((_message_text(message), []))
+        elif segments:
+            segments[-1][1].append(message)
+    lost = 0
+    asked = Counter(text for text, _ in segments)
+    for turn in turns:
+        stored = asked.pop(turn.text, 0)
+        if stored != 1:
+            lost += abs(stored - 1)
+            problems.append(f"thread {thread_id}: question {turn.text!r} stored {stored} times")
+    for text, count in asked.items():
+        lost += count
+        problems.append(f"thread {thread_id}: question {text!r} stored but never sent")
+    for text, after in segments:
+        answers = [m for m in after if _is_ai(m) and not m.get("tool_calls")]
+        if len(answers) != 1:
+            lost += abs(len(answers) - 1)
+            problems.append(f"thread {thread_id}: {len(answers)} final answers after {text!r}")
+    runs = (await client.get(f"/threads/{thread_id}/runs")).json()
+    statuses = {str(run["run_id"]): str(run["status"]) for run in runs}
+    for turn in turns:
+        if turn.run_id is not None and statuses.get(turn.run_id) != "success":
+            turn.errors.append(f"run {turn.run_id}: {statuses.get(turn.run_id, 'not listed')}")
+    return lost, problems
+
+
+async def drive_agent_server_load(server: AgentServer, sizes: Sizes, stream_mode: str) -> LoadResult:
+    """The load of `drive_load` against the Agent Server: threads for conversations, its run stream."""
+    timeout = httpx.Timeout(REQUEST_TIMEOUT_S)
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(httpx.AsyncClient(base_url=server.base_url, timeout=timeout))
+            for _ in range(sizes.conversations + 1)
+        ]
+
+        async def new_thread(client: httpx.AsyncClient) -> str:
+            response = await client.post("/threads", json={})
+            response.raise_for_status()
+            return str(response.json()["thread_id"])
+
+        # Warm-up, not measured (lazy imports, the knowledge base's first query), as for ctxpress.
+        warm = await new_thread(clients[-1])
+        for text in LOAD_TEXTS[:2]:
+            await drive_agent_server_conversation(
+                clients[-1], warm, [Turn(-1, text)], _set_event(), stream_mode
+            )
+        thread_ids = [await new_thread(client) for client in clients[:-1]]
+        plan = [
+            [Turn(index, LOAD_TEXTS[(index * sizes.turns + t) % len(LOAD_TEXTS)]) for t in range(sizes.turns)]
+            for index in range(sizes.conversations)
+        ]
+        start = asyncio.Event()
+        tasks = [
+            asyncio.create_task(drive_agent_server_conversation(client, thread_id, turns, start, stream_mode))
+            for client, thread_id, turns in zip(clients[:-1], thread_ids, plan, strict=True)
+        ]
+        cpu = tree_cpu_s(server.pid), time.process_time()
+        started = time.perf_counter()
+        start.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*tasks), LOAD_BUDGET_S)
+        elapsed = time.perf_counter() - started
+        result = LoadResult(
+            AGENT_SERVER_BACKEND, AGENT_SERVER, sizes.conversations * sizes.turns, [], elapsed
+        )
+        result.service_cpu_s = tree_cpu_s(server.pid) - cpu[0]
+        result.client_cpu_s = time.process_time() - cpu[1]
+        for turns in plan:
+            for turn in turns:
+                if turn.finished is None and not turn.errors:
+                    turn.errors.append(f"not finished within {LOAD_BUDGET_S:g} s")
+                result.turns.append(turn)
+        for client, thread_id, turns in zip(clients[:-1], thread_ids, plan, strict=True):
+            lost, problems = await check_agent_server_thread(client, thread_id, turns)
+            result.lost += lost
+            result.problems.extend(problems)
+    return result
+
+
+def agent_server_phase(sizes: Sizes, root: Path, jobs: int, stream_mode: str) -> LoadResult:
+    """The load against `langgraph dev` serving the default agent's graph."""
+    with running_agent_server(root, jobs) as server:
+        result = asyncio.run(drive_agent_server_load(server, sizes, stream_mode))
+    print(
+        f"  {AGENT_SERVER_BACKEND:<10} {AGENT_SERVER} ({jobs} runs at once) {len(result.finished)}/{result.planned} "
+        f"turns in {result.elapsed_s:.1f} s, {result.errors} errors, {result.lost} lost",
+        flush=True,
+    )
+    for problem in result.problems[:5]:
+        print(f"    {problem}")
+    return result
+
+
+@dataclass(frozen=True)
+class PeerPhase:
+    """One load of the peer comparison: which server, how many runs it executes at once, the round."""
+
+    server: str
+    slots: int
+    round: int
+    result: LoadResult
+    #: The machine's 1-minute load average right after the load.
+    load_average: float
+
+
+@dataclass
+class PeerComparison:
+    """ctxpress on SQLite and the Agent Server, the same load, in alternating rounds."""
+
+    stream_mode: str
+    phases: list[PeerPhase] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+    #: `os.getloadavg()` before the first phase and after the last.
+    load_before: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    load_after: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def pooled(self, server: str, slots: int) -> LoadResult | None:
+        """Every round's turns of one server set-up as one load (times summed)."""
+        results = [p.result for p in self.phases if p.server == server and p.slots == slots]
+        if not results:
+            return None
+        merged = LoadResult(results[0].backend, results[0].agent, 0, [], 0.0)
+        for result in results:
+            merged.planned += result.planned
+            merged.turns.extend(result.turns)
+            merged.elapsed_s += result.elapsed_s
+            merged.service_cpu_s += result.service_cpu_s
+            merged.client_cpu_s += result.client_cpu_s
+            merged.lost += result.lost
+            merged.problems.extend(result.problems)
+        return merged
+
+    def set_ups(self, server: str) -> list[int]:
+        return sorted({p.slots for p in self.phases if p.server == server})
+
+
+def peer_comparison(
+    sizes: Sizes, scratch: Path, jobs: Sequence[int], rounds: int, stream_mode: str
+) -> PeerComparison:
+    """ctxpress (`ctxpress serve` on SQLite, its defaults) and the Agent Server with each of `jobs`,
+    `rounds` times, the order reversed every other round."""
+    ensure_venv()
+    comparison = PeerComparison(stream_mode, load_before=os.getloadavg())
+    slots = Settings().max_concurrent_runs
+    set_ups: list[tuple[str, int]] = [(CTXPRESS, slots), *((AGENT_SERVER, n) for n in jobs)]
+    for index in range(rounds):
+        print(f"peer comparison, round {index + 1}:", flush=True)
+        for server, n in set_ups if index % 2 == 0 else list(reversed(set_ups)):
+            root = scratch / f"peer-{index}-{server.replace(' ', '-')}-{n}"
+            if server == CTXPRESS:
+                result = load_phase("sqlite", CTXPRESS, sizes, root, profile=False)
+            else:
+                result = agent_server_phase(sizes, root, n, stream_mode)
+            comparison.phases.append(PeerPhase(server, n, index + 1, result, os.getloadavg()[0]))
+    comparison.load_after = os.getloadavg()
+    comparison.versions = versions()
+    return comparison
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1002,7 +1277,8 @@ def report(
         if sizes.conversations == 50
         else f"### {sizes.conversations} concurrent conversations over SSE",
         "",
-        f"A real `ctxpress serve` process (uvicorn, default settings: 4 runs at once per process, "
+        f"A real `ctxpress serve` process (uvicorn, default settings: {Settings().max_concurrent_runs} runs "
+        "at once per process (the per-user share lifted to the same: the load is one user's), "
         f"the rest queued FIFO) with the built-in offline model, on SQLite and on a fresh PostgreSQL "
         f"database. {sizes.conversations} conversations, each its own `httpx.AsyncClient`, send "
         f"{sizes.turns} turns each at the same moment; each turn is `POST …/runs`, then the run's SSE "
@@ -1145,7 +1421,7 @@ def load_notes(loads: Sequence[LoadResult]) -> list[str]:
         "Reading the figures: the service process is CPU-bound on one core -- one uvicorn worker, one "
         f"event loop; it used {min(busy):.0f}-{max(busy):.0f}% of one core (its model and tool calls run "
         "in worker threads), the load generator a few per cent, so the second core mostly idles and "
-        "turns/s is one core divided by the service's CPU per turn. With 4 runs at once and "
+        f"turns/s is one core divided by the service's CPU per turn. With {Settings().max_concurrent_runs} runs at once and "
         f"{conversations} conversations, {100 * queued:.0f}% of the turns wait in the queue: their first "
         "event is the intake's `run_queued`, their time to the first token mostly the wait; run "
         "execution (`run_started` → `run_finished`) is the run itself."
@@ -1207,6 +1483,254 @@ def compression_miss(results: Sequence[CompressionResult], thread_messages: int)
     )
 
 
+PEER_MARKER = "service_load_agent_server"
+PEER_COMMAND = f"{COMMAND} --only peer"
+#: Issue 17's goals, ctxpress ÷ Agent Server (its default run concurrency), all rounds pooled.
+GOAL_THROUGHPUT_RATIO = 1.0
+GOAL_FIRST_TOKEN_P95_RATIO = 1.0
+
+
+def _server_name(server: str, slots: int) -> str:
+    return "ctxpress (SQLite)" if server == CTXPRESS else f"Agent Server, {slots} runs at once"
+
+
+def _server_row(label: str, slots: int, result: LoadResult) -> list[str]:
+    turns = max(1, len(result.turns))
+    return [
+        label,
+        str(slots),
+        f"{len(result.finished)} / {result.planned}",
+        p50_p95(result, "first_event"),
+        p50_p95(result, "first_token"),
+        p50_p95(result, "finished"),
+        f"{result.turns_per_s:.2f}",
+        f"{sum(t.events for t in result.turns) / turns:.0f}",
+        f"{sum(t.received for t in result.turns) / turns / 1024:.1f}",
+        f"{100 * result.service_cpu_s / result.elapsed_s:.0f}% / {100 * result.client_cpu_s / result.elapsed_s:.0f}%",
+        f"{1e3 * cpu_per_turn(result):.0f}",
+        str(result.errors),
+        str(result.lost),
+    ]
+
+
+def _ratio_row(label: str, ours: LoadResult, theirs: LoadResult) -> list[str]:
+    def pair(attribute: str) -> str:
+        return (
+            f"{ratio(ours.p(attribute, 0.5), theirs.p(attribute, 0.5))} / "
+            f"{ratio(ours.p(attribute, 0.95), theirs.p(attribute, 0.95))}"
+        )
+
+    return [
+        label,
+        ratio(ours.turns_per_s, theirs.turns_per_s),
+        pair("first_event"),
+        pair("first_token"),
+        pair("finished"),
+        ratio(cpu_per_turn(ours), cpu_per_turn(theirs)),
+    ]
+
+
+def peer_tables(comparison: PeerComparison) -> list[str]:
+    """Every load of every round, then ctxpress ÷ each Agent Server set-up, per round and pooled."""
+    rows = [
+        [
+            str(p.round),
+            *_server_row(_server_name(p.server, p.slots), p.slots, p.result),
+            f"{p.load_average:.1f}",
+        ]
+        for p in comparison.phases
+    ]
+    ratios = []
+    ours_slots = comparison.set_ups(CTXPRESS)[0]
+    for jobs in comparison.set_ups(AGENT_SERVER):
+        rounds = sorted({p.round for p in comparison.phases})
+        for number in rounds:
+            ours = next(p.result for p in comparison.phases if p.server == CTXPRESS and p.round == number)
+            theirs = next(
+                p.result
+                for p in comparison.phases
+                if p.server == AGENT_SERVER and p.slots == jobs and p.round == number
+            )
+            ratios.append(_ratio_row(f"{jobs} runs at once, round {number}", ours, theirs))
+        pooled_ours, pooled_theirs = (
+            comparison.pooled(CTXPRESS, ours_slots),
+            comparison.pooled(AGENT_SERVER, jobs),
+        )
+        assert pooled_ours is not None and pooled_theirs is not None
+        ratios.append(_ratio_row(f"**{jobs} runs at once, all rounds**", pooled_ours, pooled_theirs))
+    return [
+        *table(
+            [
+                "round",
+                "server",
+                "runs at once",
+                "turns done",
+                "first event p50 / p95 ms",
+                "first token p50 / p95 ms",
+                "run end p50 / p95 ms",
+                "turns/s",
+                "SSE events per turn",
+                "SSE KB per turn",
+                "CPU server / load generator (% of one core)",
+                "server CPU ms per turn",
+                "errors",
+                "lost messages",
+                "load average after (2 cores)",
+            ],
+            rows,
+        ),
+        "",
+        "ctxpress ÷ Agent Server (same run; all rounds = every round's turns pooled):",
+        "",
+        *table(
+            [
+                "Agent Server",
+                "turns/s",
+                "first event p50 / p95",
+                "first token p50 / p95",
+                "run end p50 / p95",
+                "server CPU per turn",
+            ],
+            ratios,
+        ),
+    ]
+
+
+def peer_goals(comparison: PeerComparison) -> str:
+    ours = comparison.pooled(CTXPRESS, comparison.set_ups(CTXPRESS)[0])
+    theirs = comparison.pooled(AGENT_SERVER, AGENT_SERVER_JOBS)
+    if ours is None or theirs is None:
+        return f"Goals: not judged (no Agent Server load with its default {AGENT_SERVER_JOBS} runs at once)."
+    throughput = ours.turns_per_s / theirs.turns_per_s
+    token_p95 = ours.p("first_token", 0.95) / theirs.p("first_token", 0.95)
+    return (
+        f"Goals (all rounds, against the Agent Server's default {AGENT_SERVER_JOBS} runs at once): throughput "
+        f"≥ {GOAL_THROUGHPUT_RATIO:g}× the Agent Server's: {throughput:.2f}×, "
+        + ("met" if throughput >= GOAL_THROUGHPUT_RATIO else "**missed**")
+        + f"; first-token p95 ≤ {GOAL_FIRST_TOKEN_P95_RATIO:g}× the Agent Server's: {token_p95:.2f}×, "
+        + ("met" if token_p95 <= GOAL_FIRST_TOKEN_P95_RATIO else "**missed**")
+        + "."
+    )
+
+
+def peer_notes(comparison: PeerComparison) -> list[str]:
+    """What the figures say, from the CPU and stream columns (pooled over the rounds)."""
+    ours = comparison.pooled(CTXPRESS, comparison.set_ups(CTXPRESS)[0])
+    theirs = {
+        jobs: result
+        for jobs in comparison.set_ups(AGENT_SERVER)
+        if (result := comparison.pooled(AGENT_SERVER, jobs)) is not None
+    }
+    if ours is None or not theirs:
+        return []
+
+    def busy(result: LoadResult) -> float:
+        return 100 * result.service_cpu_s / result.elapsed_s
+
+    def client(result: LoadResult) -> str:
+        return f"{100 * result.client_cpu_s / result.elapsed_s:.0f}%"
+
+    def kb(result: LoadResult) -> str:
+        return f"{sum(t.received for t in result.turns) / max(1, len(result.turns)) / 1024:.0f} KB"
+
+    cpu = ", ".join(
+        f"{ratio(cpu_per_turn(ours), cpu_per_turn(r))} ({jobs} runs at once)" for jobs, r in theirs.items()
+    )
+    used = ", ".join(f"{busy(r):.0f}% at {jobs} runs at once" for jobs, r in theirs.items())
+    default, most = theirs.get(AGENT_SERVER_JOBS), theirs[max(theirs)]
+    # Its run limit binds when more runs at once bring more turns/s (and more CPU used).
+    limited = default is not None and most is not default and most.turns_per_s > 1.15 * default.turns_per_s
+    busiest = max(p.load_average for p in comparison.phases)
+    lines = [
+        f"Reading the figures: ctxpress's process spends {cpu} the Agent Server's CPU per turn (process CPU "
+        "time: the steadiest figure on a shared machine). Per turn the service writes the chat record (the "
+        "user message, every assistant and tool message) and the run's durable events to SQLite, and its "
+        "SSE streams read them back; the Agent Server keeps threads, runs and checkpoints in its process's "
+        "memory and streams from an in-process queue. Its uvicorn also runs on uvloop and httptools "
+        "(installed with `langgraph-api`), ctxpress's on asyncio and h11 -- part of the difference, not "
+        f"separated here. Busy: the Agent Server {used}, ctxpress {busy(ours):.0f}% (% of one core; the "
+        f"machine's load average reached {busiest:.1f} on 2 cores, so no server had a core to itself and "
+        "turns/s and latencies move by ±20% from round to round)."
+        + (
+            f" At its default of {AGENT_SERVER_JOBS} runs at once the Agent Server's throughput is set by "
+            f"that limit: {max(theirs)} at once gave it {ratio(most.turns_per_s, default.turns_per_s)} the "
+            "turns/s."
+            if limited and default is not None
+            else ""
+        )
+        + " First event: ctxpress sends it at intake, before the run starts (`run_queued` when the run "
+        "waits); the Agent Server's stream says nothing until a worker starts the run, so its first event "
+        "comes shortly before its first token and both include the wait in its queue. Its "
+        f"`{comparison.stream_mode}` stream sends "
+        + (
+            "the whole message so far with every chunk"
+            if comparison.stream_mode == "messages"
+            else "every chunk with the run's metadata"
+        )
+        + f": {', '.join(kb(r) for r in theirs.values())} per turn against ctxpress's {kb(ours)}, and the "
+        f"load generator spent {', '.join(client(r) for r in theirs.values())} of a core reading it (ctxpress "
+        f"{client(ours)}) -- on the same two cores as the servers.",
+    ]
+    return lines
+
+
+def peer_report(comparison: PeerComparison, sizes: Sizes, elapsed_s: float) -> list[str]:
+    """The Agent Server section of docs/benchmarks.md."""
+    project = project_versions()
+    shown = ", ".join(f"{name} {version}" for name, version in comparison.versions.items())
+    same = [name for name, version in comparison.versions.items() if project.get(name) == version]
+    slots = Settings().max_concurrent_runs
+    rounds = max((p.round for p in comparison.phases), default=0)
+    lines = [
+        "### The same load on LangGraph's Agent Server (issue 17)",
+        "",
+        f"Reproduce: `{PEER_COMMAND}` ({elapsed_s / 60:.0f} min here; the full run measures it too, after "
+        "the other phases; the first run makes `.venv-agent-server/` in the repository: `python -m venv`, "
+        "then `pip install 'langgraph-cli[inmem]' -e '.[server]'` with the langgraph / langchain packages "
+        "pinned to the project virtualenv's versions -- `bench/agent_server.py`, which does only that when "
+        "run alone). Load average (1 / 5 / 15 min) "
+        f"{' / '.join(f'{v:.2f}' for v in comparison.load_before)} before the phases, "
+        f"{' / '.join(f'{v:.2f}' for v in comparison.load_after)} after (2 cores, shared).",
+        "",
+        "The peer: `langgraph dev --no-browser --no-reload --n-jobs-per-worker N` (LangGraph's Agent Server, "
+        "its in-memory runtime, `LANGSMITH_TRACING=false`; `langgraph dev` executes 1 run at a time unless "
+        f"told; {AGENT_SERVER_JOBS} is the documented default of `N_JOBS_PER_WORKER`, the goals are against "
+        f"it; {slots} is ctxpress's default) serving `bench/agent_server_graph.py`: the graph `ctxpress serve` "
+        "builds for its default agent -- built-in offline model, prompt, tools (`query_kb` over the built-in "
+        "documents in a SQLite knowledge base, the workdir file tools on a workdir per thread), ctxpress's "
+        "compression middleware and the service's other two -- without a checkpointer (the Agent Server's "
+        f"own, in memory). The same load as above: {sizes.conversations} threads (`POST /threads`), "
+        f"{sizes.turns} turns each, all at once, each turn `POST /threads/{{id}}/runs/stream` with "
+        f'`stream_mode: ["{comparison.stream_mode}"]` read to its end; first event = its `metadata` event '
+        "(sent when a worker starts the run: a queued run sends nothing before), first token = the first "
+        "message event with text of the model's answer. Lost messages: read back from "
+        "`GET /threads/{id}/state` (each question once, one final answer after each); a run not listed "
+        f"`success` counts as an error. ctxpress: `ctxpress serve` on SQLite with its defaults ({slots} runs "
+        "at once), which also writes the chat record (every message and the run's durable events, in "
+        "SQLite), announces the run at intake (`run_queued` when it waits) and streams it from its events. "
+        f"{rounds} rounds, the servers' order reversed in the second; every server starts empty and gets "
+        "two warm-up turns. CPU: the server's process (with any children); load generator: this process.",
+        "",
+        *peer_tables(comparison),
+        "",
+        *peer_notes(comparison),
+        "",
+        peer_goals(comparison),
+        "",
+        f"Versions in `.venv-agent-server/`: {shown}"
+        + (f" ({', '.join(same)} the same as in the project's virtualenv)." if same else "."),
+    ]
+    problems = [
+        item
+        for p in comparison.phases
+        if p.server == AGENT_SERVER
+        for item in [*p.result.problems, *(e for t in p.result.turns for e in t.errors)]
+    ]
+    if problems:
+        lines.extend(["", "Agent Server problems found:", "", *(f"- {p}" for p in problems[:10])])
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = bench_parser(
         __doc__,
@@ -1218,16 +1742,39 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="run the services under cProfile and print where their time goes (slower; docs untouched)",
     )
-    parser.add_argument("--only", choices=["load", "compress"], help="run one part only (docs untouched)")
+    parser.add_argument(
+        "--only",
+        choices=["load", "compress", "peer"],
+        help="run one part only (docs untouched, except `peer`: ctxpress on SQLite and LangGraph's Agent "
+        "Server, which updates its own section)",
+    )
+    parser.add_argument(
+        "--agent-server-jobs",
+        type=int,
+        nargs="+",
+        default=None,
+        help=f"runs the Agent Server executes at once, one load per value (default: {AGENT_SERVER_JOBS} "
+        "and ctxpress's own number)",
+    )
+    parser.add_argument("--rounds", type=int, default=PEER_ROUNDS, help="rounds of the peer comparison")
+    parser.add_argument(
+        "--agent-server-stream-mode",
+        choices=["messages", "messages-tuple"],
+        default=AGENT_SERVER_STREAM_MODE,
+        help="the Agent Server's stream mode",
+    )
     args = parser.parse_args(argv)
+    jobs = args.agent_server_jobs or sorted({AGENT_SERVER_JOBS, Settings().max_concurrent_runs})
     sizes = QUICK if args.quick else FULL
     started = time.perf_counter()
     loads: list[LoadResult] = []
     compressions: list[CompressionResult] = []
     skipped: list[str] = []
+    comparison: PeerComparison | None = None
+    docs = not (args.quick or args.no_docs or args.profile)
     with tempfile.TemporaryDirectory(prefix="ctxpress-service-load-") as scratch_name:
         scratch = Path(scratch_name)
-        for backend in BACKENDS:
+        for backend in BACKENDS if args.only != "peer" else ():
             try:
                 if args.only != "compress":
                     print(f"load, {backend}:", flush=True)
@@ -1240,10 +1787,22 @@ def main(argv: list[str] | None = None) -> None:
             except PostgresUnavailableError as exc:
                 skipped.append(f"PostgreSQL: not measured ({exc}).")
                 print(skipped[-1])
-    lines = report(sizes, loads, compressions, skipped, time.perf_counter() - started)
-    print("\n".join(lines))
-    if not (args.quick or args.no_docs or args.only or args.profile):
-        update_docs(MARKER, lines)
+        if args.only in (None, "peer") and not args.profile:
+            peer_started = time.perf_counter()
+            comparison = peer_comparison(
+                sizes, scratch / "peer", jobs, args.rounds, args.agent_server_stream_mode
+            )
+            peer_elapsed = time.perf_counter() - peer_started
+    if args.only != "peer":
+        lines = report(sizes, loads, compressions, skipped, time.perf_counter() - started)
+        print("\n".join(lines))
+        if docs and args.only is None:
+            update_docs(MARKER, lines)
+    if comparison is not None:
+        peer_lines = peer_report(comparison, sizes, peer_elapsed)
+        print("\n".join(peer_lines))
+        if docs:
+            update_docs(PEER_MARKER, peer_lines)
 
 
 if __name__ == "__main__":
