@@ -165,3 +165,45 @@ def test_every_compressed_fact_is_one_read_away(workdir: LocalWorkdir, checkpoin
         for number in range(answered):
             assert fact(number) in readable, f"{fact(number)} is not reachable in request {answered}"
     assert one_read >= 3 and via_header >= 1, "the premise: both the listed and the overflow case ran"
+
+
+#: A question of about 660 tokens: within its own budget (a quarter of the threshold) and within
+#: the room the request leaves, but more than half of that room.
+LONG_QUESTION = (
+    "Fix the failing test in tests/test_parser.py without changing src/parser.py's public API. "
+    + " ".join(f"Constraint {n}: field_{n:03d} must stay at offset {n * 8} bytes." for n in range(36))
+    + " END-OF-REQUEST"
+)
+#: A system prompt that leaves the summary little headroom below the threshold.
+LONG_SYSTEM_PROMPT = "You fix bugs. " + " ".join(f"Rule {n}: keep the diff minimal." for n in range(90))
+
+
+def test_s14_question_that_fits_the_free_room_is_quoted_whole(
+    workdir: LocalWorkdir, checkpointer: Any
+) -> None:
+    """The quote may take all the room the request leaves (the next exchange already reserved),
+    not only the margin the list of earlier files is bounded by: a question that fits whole is
+    never cut."""
+    model = ScriptedChatModel(script=swe_script(CALLS))
+    middleware = ContextCompressionMiddleware(CONFIG, workdir=workdir, summary_model=ScriptedChatModel())
+    agent = create_agent(
+        model,
+        [read_source],
+        system_prompt=LONG_SYSTEM_PROMPT,
+        middleware=[middleware],
+        checkpointer=checkpointer,
+    )
+    agent.invoke({"messages": [HumanMessage(content=LONG_QUESTION)]}, THREAD)
+
+    event = agent.get_state(THREAD).values[EVENT_KEY]
+    assert event["summary_count"] >= 2, "the premise: summaries passed the question"
+    summarised = [r for r in model.requests if any(is_summary_message(m) for m in r)]
+    assert summarised, "the premise: requests after a summary"
+    for request in summarised:
+        assert LONG_QUESTION in request_text(request)
+        assert (
+            middleware.token_counter.count_request(request[1:], request[0], None, CONFIG.token_profile)
+            < CONFIG.threshold_tokens
+        ), "the quote never keeps a request over the threshold"
+    summaries = {content_text(request[1].content) for request in summarised}
+    assert len(summaries) <= len(summarised) // 2, "the quote does not make every call summarise again"

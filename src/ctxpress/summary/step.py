@@ -196,12 +196,14 @@ def finish_summary(
     text = outcome.text if outcome.ok else failed_summary_text(outcome.error or "", plan.messages)
     bare = make_summary_message(text, saved.file_path, plan.summary_count)
     room = plan.question_budget + plan.files_budget
+    question_room = plan.question_budget
     if headroom is not None:
         # The next call adds about one more exchange like the last: that stays free as well.
         growth = headroom([]) - headroom(last_exchange(plan.kept))
-        free = headroom([bare, *plan.kept]) - growth
-        room = min(room, int(max(0, free) * CARRIED_SHARE_OF_HEADROOM))
-    sections = carried_sections(plan, saved.file_path, room)
+        free = max(0, headroom([bare, *plan.kept]) - growth)
+        room = min(room, int(free * CARRIED_SHARE_OF_HEADROOM))
+        question_room = min(question_room, free)
+    sections = carried_sections(plan, saved.file_path, room, question_room)
     summary_message = make_summary_message(text, saved.file_path, plan.summary_count, sections.texts)
     event: SummarizationEvent = {
         "cutoff_index": plan.span.end,
@@ -229,11 +231,17 @@ class CarriedSections:
     texts: list[str]  # the sections this summary message shows
 
 
-def carried_sections(plan: SummaryPlan, file_path: str | None, room: int) -> CarriedSections:
+def carried_sections(
+    plan: SummaryPlan, file_path: str | None, room: int, whole_question_room: int | None = None
+) -> CarriedSections:
     """The quoted question and the list of earlier files, within `room` tokens together.
 
-    The question comes first (up to its own budget); the files take what is left. A section that
-    does not fit even shortened is left out of the message; the history file keeps its text.
+    The question comes first (up to its own budget); the files take what is left. A question that
+    fits whole in `whole_question_room` (the free room itself, which already leaves the next
+    exchange free) is quoted whole even past `room`: the current request is what the kept messages
+    answer, and a cut quote loses its middle while the margin `room` keeps would buy only an
+    earlier next summary. A section that does not fit even shortened is left out of the message;
+    the history file keeps its text.
     """
     raw = plan.question
     if raw is None and plan.carried_question:
@@ -247,11 +255,12 @@ def carried_sections(plan: SummaryPlan, file_path: str | None, room: int) -> Car
     left = room
     if question and raw is not None:
         budget = min(plan.question_budget, left)
-        if estimate_tokens(question, plan.profile) <= budget:
+        whole = max(budget, min(plan.question_budget, whole_question_room or 0))
+        if estimate_tokens(question, plan.profile) <= whole:
             texts.append(question)
         elif budget >= MIN_QUESTION_TOKENS:
             texts.append(question_section(raw, file_path, budget // 2, plan.profile))
-        left -= sum(estimate_tokens(text, plan.profile) for text in texts)
+        left = max(0, left - sum(estimate_tokens(text, plan.profile) for text in texts))
     files = plan.span.earlier_files
     budget = min(plan.files_budget, left)
     if files and budget > 0:
