@@ -207,3 +207,47 @@ def test_s14_question_that_fits_the_free_room_is_quoted_whole(
         ), "the quote never keeps a request over the threshold"
     summaries = {content_text(request[1].content) for request in summarised}
     assert len(summaries) <= len(summarised) // 2, "the quote does not make every call summarise again"
+
+
+def test_s14_file_list_names_history_files_before_offload_files(
+    workdir: LocalWorkdir, checkpointer: Any
+) -> None:
+    """When the list of earlier files cannot hold them all, every earlier history file (a whole
+    summarised span each) is named before any offload file (one result each)."""
+    model = ScriptedChatModel(script=swe_script(CALLS * 2))
+    agent = build(model, workdir, checkpointer, CONFIG)
+    agent.invoke({"messages": [HumanMessage(content=QUESTION)]}, THREAD)
+
+    event = agent.get_state(THREAD).values[EVENT_KEY]
+    summary = content_text(event["summary_message"].content)
+    earlier = event["earlier_files"]
+    histories = [path for path in earlier if path.startswith("outputs/conversation_history/")]
+    offloads = [path for path in earlier if path.startswith("outputs/large_tool_results/")]
+    assert len(histories) >= 3 and offloads, "the premise: several history files and offload files"
+    assert "older files are listed in the header of" in summary, "the premise: not every file fits"
+    assert any(path not in summary for path in offloads), "the premise: some offload files are left out"
+    for path in histories:
+        assert path in summary, f"{path} is not named"
+
+
+def test_s14_overflowing_file_list_still_names_the_files_that_fit(
+    workdir: LocalWorkdir, checkpointer: Any
+) -> None:
+    """The line saying where the unlisted files are counts against the list's budget: a list that
+    overflows keeps the paths that fit beside it instead of falling back to that line alone."""
+    model = ScriptedChatModel(script=swe_script(CALLS * 2))
+    agent = build(model, workdir, checkpointer, CONFIG)
+    agent.invoke({"messages": [HumanMessage(content=QUESTION)]}, THREAD)
+
+    summaries = {
+        content_text(message.content)
+        for request in model.requests
+        for message in request
+        if is_summary_message(message)
+    }
+    overflowed = [text for text in summaries if "older files are listed in the header of" in text]
+    assert len(overflowed) >= 3, "the premise: the list overflowed in several summaries"
+    for text in overflowed:
+        section = text.split("## Earlier files of this conversation", 1)[1]
+        listed = [line for line in section.splitlines() if line.startswith("- outputs/")]
+        assert len(listed) >= 3, f"only {len(listed)} files listed beside the overflow line"
