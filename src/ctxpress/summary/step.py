@@ -188,22 +188,19 @@ def finish_summary(
     """The new event and view, from the plan and what its history write and summary call gave.
 
     `headroom(view)` is how many tokens a request of `view` leaves below the threshold (or the
-    context window); the carried sections (quoted question, earlier files) take at most
-    `CARRIED_SHARE_OF_HEADROOM` of what the bare summary and the kept messages leave, so they are
+    context window); the carried sections (quoted question, earlier files) take only room that the
+    bare summary, the kept messages and the next exchange leave (`carried_sections`), so they are
     never what keeps the request over. Without it only the threshold shares bound them.
     """
     outcome = saved.outcome
     text = outcome.text if outcome.ok else failed_summary_text(outcome.error or "", plan.messages)
     bare = make_summary_message(text, saved.file_path, plan.summary_count)
-    room = plan.question_budget + plan.files_budget
-    question_room = plan.question_budget
+    free = None
     if headroom is not None:
         # The next call adds about one more exchange like the last: that stays free as well.
         growth = headroom([]) - headroom(last_exchange(plan.kept))
         free = max(0, headroom([bare, *plan.kept]) - growth)
-        room = min(room, int(free * CARRIED_SHARE_OF_HEADROOM))
-        question_room = min(question_room, free)
-    sections = carried_sections(plan, saved.file_path, room, question_room)
+    sections = carried_sections(plan, saved.file_path, free)
     summary_message = make_summary_message(text, saved.file_path, plan.summary_count, sections.texts)
     event: SummarizationEvent = {
         "cutoff_index": plan.span.end,
@@ -231,17 +228,15 @@ class CarriedSections:
     texts: list[str]  # the sections this summary message shows
 
 
-def carried_sections(
-    plan: SummaryPlan, file_path: str | None, room: int, whole_question_room: int | None = None
-) -> CarriedSections:
-    """The quoted question and the list of earlier files, within `room` tokens together.
+def carried_sections(plan: SummaryPlan, file_path: str | None, free: int | None) -> CarriedSections:
+    """The quoted question and the list of earlier files, within the `free` tokens the request
+    leaves (None: only their own budgets bound them).
 
-    The question comes first (up to its own budget); the files take what is left. A question that
-    fits whole in `whole_question_room` (the free room itself, which already leaves the next
-    exchange free) is quoted whole even past `room`: the current request is what the kept messages
-    answer, and a cut quote loses its middle while the margin `room` keeps would buy only an
-    earlier next summary. A section that does not fit even shortened is left out of the message;
-    the history file keeps its text.
+    The question comes first: quoted whole when it fits its budget and the free room -- the current
+    request is what the kept messages answer, and a cut quote loses its middle -- else its head and
+    tail within `CARRIED_SHARE_OF_HEADROOM` of the free room. The files take that share of what the
+    question leaves, so the rest stays free for the exchanges after the next one. A section that
+    does not fit even shortened is left out of the message; the history file keeps its text.
     """
     raw = plan.question
     if raw is None and plan.carried_question:
@@ -251,16 +246,18 @@ def carried_sections(
         if plan.question is not None
         else plan.carried_question
     )
+    unbounded = plan.question_budget + plan.files_budget
     texts: list[str] = []
-    left = room
+    used = 0
     if question and raw is not None:
-        budget = min(plan.question_budget, left)
-        whole = max(budget, min(plan.question_budget, whole_question_room or 0))
+        whole = plan.question_budget if free is None else min(plan.question_budget, free)
+        cut = plan.question_budget if free is None else min(plan.question_budget, _share(free))
         if estimate_tokens(question, plan.profile) <= whole:
             texts.append(question)
-        elif budget >= MIN_QUESTION_TOKENS:
-            texts.append(question_section(raw, file_path, budget // 2, plan.profile))
-        left = max(0, left - sum(estimate_tokens(text, plan.profile) for text in texts))
+        elif cut >= MIN_QUESTION_TOKENS:
+            texts.append(question_section(raw, file_path, cut // 2, plan.profile))
+        used = sum(estimate_tokens(text, plan.profile) for text in texts)
+    left = unbounded - used if free is None else _share(max(0, free - used))
     files = plan.span.earlier_files
     budget = min(plan.files_budget, left)
     if files and budget > 0:
@@ -270,6 +267,10 @@ def carried_sections(
         if estimate_tokens(listed, plan.profile) <= left:
             texts.append(listed)
     return CarriedSections(question, texts)
+
+
+def _share(free: int) -> int:
+    return int(free * CARRIED_SHARE_OF_HEADROOM)
 
 
 def save_history(workdir: Workdir, plan: SummaryPlan) -> tuple[str | None, str | None]:
