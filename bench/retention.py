@@ -210,7 +210,11 @@ class FileView:
             return None
         file = self.root / path.strip("/").rstrip(".")
         if file not in self._texts:  # read after the replay: ctxpress' files never change
-            self._texts[file] = file.read_text(encoding="utf-8", errors="replace") if file.is_file() else None
+            # As stored: `read_text` would turn "\r\n" into "\n", and a stored result would no
+            # longer hold its own text.
+            self._texts[file] = (
+                file.read_bytes().decode("utf-8", errors="replace") if file.is_file() else None
+            )
         text = self._texts[file]
         if text is None:
             return None
