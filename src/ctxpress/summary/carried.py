@@ -14,14 +14,18 @@ that was summarised stays in the history file as its reference. So that every co
 one read from a path named in the request, the summary message names, besides its own history
 file, every earlier history file of the thread and every offload file the summarised messages
 referenced (cumulative through `_summarization_event`). Those that fit in an eighth of the
-summary threshold are listed, history files first (each holds a whole span), newest first; the complete list is also in the header of the new history file (`earlier_files`), which
-the summary message names, so a long thread's older files are one read further, never lost.
+summary threshold are listed -- history files first (each holds a whole span), then offload files,
+newest first -- with the line saying where the rest are counted in. The complete list is also in
+the header of the new history file (`earlier_files`), which the summary message names, so a long
+thread's older files are one read further, never lost.
 
 *Room.* Both sections take only room the request leaves: `summary/step.py` measures the summary
-message without them plus the kept messages, reserves the size of the latest exchange (what the
-next call adds), and gives the sections at most half of the rest, the question first; the shares
-above are upper bounds. On a context overflow (S6, S30) the sections are dropped. So they are never
-what keeps a request over the threshold or the window, and never make every call summarise again.
+message without them plus the kept messages and reserves the size of the latest exchange (what the
+next call adds). The question is quoted whole when it fits the rest (else its head and tail within
+half of it); the file list takes half of what the question leaves; the shares above are upper
+bounds. On a context overflow (S6, S30) the sections are dropped. So they are never what keeps a
+request over the threshold or the window, and a fresh summary is never followed by another at the
+next call.
 """
 
 from __future__ import annotations

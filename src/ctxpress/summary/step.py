@@ -174,9 +174,10 @@ def _still_current(
     return previous.get("question_section")
 
 
-#: The share of the headroom (the threshold less the bare summary and the kept messages) the carried
-#: sections may take: the rest stays free so the next call, with a reply more, is still below the
-#: threshold instead of summarising again (no summary on every call).
+#: The share of the free room (the threshold less the bare summary, the kept messages and the next
+#: exchange) a cut question may take, and the share of what the question leaves that the file list
+#: may take: the rest stays free for the exchanges after the next one, so summaries do not follow
+#: each other closely. A question that fits the free room whole is quoted whole (`carried_sections`).
 CARRIED_SHARE_OF_HEADROOM = 0.5
 #: Below this many tokens a quote is no help: the section is left out (the history file has it).
 MIN_QUESTION_TOKENS = 24
