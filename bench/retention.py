@@ -28,7 +28,9 @@ history ("after a compression"), for each middleware:
 - facts in view: every fact of the recorded history before the request that occurs in it,
   per 1,000 request tokens (cl100k, tiktoken; the same requests and the same facts for all three);
 - the current question (the last user message) and the last tool result: carried intact
-  (verbatim somewhere in the request) or not.
+  (verbatim somewhere in the request) or not; and the last tool result intact or whole in a file
+  the request names (S8 previews every result over the limit, the newest one included: its full
+  text is then one read away, which is reported beside "intact", not counted as intact).
 
 Goal (tool-heavy traces): ctxpress ≥ 1.5× the best peer's facts in view per 1,000 tokens, 100%
 reachable, the current question never lost.
@@ -170,6 +172,7 @@ class Tally:
     tokens_est: int = 0
     question_intact: int = 0
     tool_result_intact: int = 0
+    tool_result_recoverable: int = 0
     with_tool_result: int = 0
 
     def add(self, other: Tally) -> None:
@@ -207,7 +210,11 @@ class FileView:
             return None
         file = self.root / path.strip("/").rstrip(".")
         if file not in self._texts:  # read after the replay: ctxpress' files never change
-            self._texts[file] = file.read_text(encoding="utf-8", errors="replace") if file.is_file() else None
+            # As stored: `read_text` would turn "\r\n" into "\n", and a stored result would no
+            # longer hold its own text.
+            self._texts[file] = (
+                file.read_bytes().decode("utf-8", errors="replace") if file.is_file() else None
+            )
         text = self._texts[file]
         if text is None:
             return None
@@ -243,6 +250,7 @@ def measure_request(
     compressed_facts: set[str] = set().union(*(index.per_message[j] for j in compressed))
     one_read: set[str] = set()
     chained: set[str] = set()
+    read_once: list[tuple[Path, str]] = []
     named = named_files(sent_by_id.values())
     seen = set(named)
     queue = [(path, True) for path in named]
@@ -255,6 +263,7 @@ def measure_request(
         chained |= found
         if direct:
             one_read |= found
+            read_once.append(opened)
         for inner in named_files([opened[1]]) - seen:
             seen.add(inner)
             queue.append((inner, False))
@@ -269,7 +278,20 @@ def measure_request(
     if any(isinstance(m, ToolMessage) for m in history):
         tally.with_tool_result = 1
         tally.tool_result_intact = int(carried(history, ToolMessage, index, sent_by_id))
+        tally.tool_result_recoverable = int(
+            tally.tool_result_intact or in_a_file(last_text(history, ToolMessage, index), read_once)
+        )
     return tally
+
+
+def last_text(history: Sequence[BaseMessage], kind: type[BaseMessage], index: FactIndex) -> str:
+    """The text of the last message of `kind` in the history (there is one)."""
+    return next(index.texts[j] for j in range(len(history) - 1, -1, -1) if isinstance(history[j], kind))
+
+
+def in_a_file(text: str, files: Iterable[tuple[Path, str]]) -> bool:
+    """Whether `text` is whole in one of the files, raw or as a model reads it (`readable`)."""
+    return any(text in raw or text in readable(path, raw) for path, raw in files)
 
 
 def carried(
@@ -458,6 +480,7 @@ def retention_table(
                         f"{t.density:.1f}",
                         share(t.question_intact, t.requests),
                         share(t.tool_result_intact, t.with_tool_result),
+                        share(t.tool_result_recoverable, t.with_tool_result),
                     ]
                 )
     return table(
@@ -476,6 +499,7 @@ def retention_table(
             "facts in view per 1K tokens",
             "current question intact",
             "last tool result intact",
+            "last tool result intact or whole in a named file (one read)",
         ],
         rows,
     )
@@ -589,7 +613,9 @@ def report(
         "then; LangChain keeps none); *following references*: also in files those files name, at any "
         "depth. *Facts in view per 1K tokens*: every fact of the history before the request that is in "
         "view, per 1,000 cl100k tokens of the request, summed over requests. *Intact*: the last user "
-        "message and the last tool result occur whole in the request.",
+        "message and the last tool result occur whole in the request; *or whole in a named file*: the "
+        "last tool result is intact or its whole text is in a file the request names (S8 offloads every "
+        "result over the limit, the newest one included, leaving a preview and the file's path).",
     ]
     for set_name, heading in (("conversations", "Recorded conversations"), ("sessions", "Long sessions")):
         rows = retention_table(results, set_name, thresholds)

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from typing import Any
@@ -165,3 +166,119 @@ def test_every_compressed_fact_is_one_read_away(workdir: LocalWorkdir, checkpoin
         for number in range(answered):
             assert fact(number) in readable, f"{fact(number)} is not reachable in request {answered}"
     assert one_read >= 3 and via_header >= 1, "the premise: both the listed and the overflow case ran"
+
+
+#: A question of about 480 tokens: within its own budget (a quarter of the threshold) and within
+#: the room the request leaves, but more than half of that room.
+LONG_QUESTION = (
+    "Fix the failing test in tests/test_parser.py without changing src/parser.py's public API. "
+    + " ".join(f"Constraint {n}: field_{n:03d} must stay at offset {n * 8} bytes." for n in range(26))
+    + " END-OF-REQUEST"
+)
+#: A system prompt that leaves the summary little headroom below the threshold.
+LONG_SYSTEM_PROMPT = "You fix bugs. " + " ".join(f"Rule {n}: keep the diff minimal." for n in range(90))
+
+
+def test_s14_question_that_fits_the_free_room_is_quoted_whole(
+    workdir: LocalWorkdir, checkpointer: Any
+) -> None:
+    """The quote may take all the room the request leaves (the next exchange already reserved),
+    not only the margin the list of earlier files is bounded by: a question that fits whole is
+    never cut."""
+    model = ScriptedChatModel(script=swe_script(CALLS))
+    middleware = ContextCompressionMiddleware(CONFIG, workdir=workdir, summary_model=ScriptedChatModel())
+    agent = create_agent(
+        model,
+        [read_source],
+        system_prompt=LONG_SYSTEM_PROMPT,
+        middleware=[middleware],
+        checkpointer=checkpointer,
+    )
+    agent.invoke({"messages": [HumanMessage(content=LONG_QUESTION)]}, THREAD)
+
+    event = agent.get_state(THREAD).values[EVENT_KEY]
+    assert event["summary_count"] >= 2, "the premise: summaries passed the question"
+    summarised = [r for r in model.requests if any(is_summary_message(m) for m in r)]
+    assert summarised, "the premise: requests after a summary"
+    for request in summarised:
+        assert LONG_QUESTION in request_text(request)
+        assert (
+            middleware.token_counter.count_request(request[1:], request[0], None, CONFIG.token_profile)
+            < CONFIG.threshold_tokens
+        ), "the quote never keeps a request over the threshold"
+    # The next exchange is reserved before the quote takes its room: a fresh summary is never
+    # followed by another at the very next call.
+    shown = [content_text(request[1].content) for request in summarised]
+    fresh = [n for n in range(1, len(shown)) if shown[n] != shown[n - 1]]
+    assert fresh and all(b - a > 1 for a, b in itertools.pairwise(fresh)), "two summaries in a row"
+
+
+def test_s14_file_list_names_history_files_before_offload_files(
+    workdir: LocalWorkdir, checkpointer: Any
+) -> None:
+    """When the list of earlier files cannot hold them all, every earlier history file (a whole
+    summarised span each) is named before any offload file (one result each)."""
+    model = ScriptedChatModel(script=swe_script(CALLS * 2))
+    agent = build(model, workdir, checkpointer, CONFIG)
+    agent.invoke({"messages": [HumanMessage(content=QUESTION)]}, THREAD)
+
+    event = agent.get_state(THREAD).values[EVENT_KEY]
+    summary = content_text(event["summary_message"].content)
+    earlier = event["earlier_files"]
+    histories = [path for path in earlier if path.startswith("outputs/conversation_history/")]
+    offloads = [path for path in earlier if path.startswith("outputs/large_tool_results/")]
+    assert len(histories) >= 3 and offloads, "the premise: several history files and offload files"
+    assert "older files are listed in the header of" in summary, "the premise: not every file fits"
+    assert any(path not in summary for path in offloads), "the premise: some offload files are left out"
+    for path in histories:
+        assert path in summary, f"{path} is not named"
+
+
+def test_s14_overflowing_file_list_still_names_the_files_that_fit(
+    workdir: LocalWorkdir, checkpointer: Any
+) -> None:
+    """The line saying where the unlisted files are counts against the list's budget: a list that
+    overflows keeps the paths that fit beside it instead of falling back to that line alone."""
+    model = ScriptedChatModel(script=swe_script(CALLS * 2))
+    agent = build(model, workdir, checkpointer, CONFIG)
+    agent.invoke({"messages": [HumanMessage(content=QUESTION)]}, THREAD)
+
+    summaries = {
+        content_text(message.content)
+        for request in model.requests
+        for message in request
+        if is_summary_message(message)
+    }
+    overflowed = [text for text in summaries if "older files are listed in the header of" in text]
+    assert len(overflowed) >= 3, "the premise: the list overflowed in several summaries"
+    for text in overflowed:
+        section = text.split("## Earlier files of this conversation", 1)[1]
+        listed = [line for line in section.splitlines() if line.startswith("- outputs/")]
+        assert len(listed) >= 3, f"only {len(listed)} files listed beside the overflow line"
+
+
+def test_s14_whole_question_leaves_room_for_the_file_list(workdir: LocalWorkdir, checkpointer: Any) -> None:
+    """A question quoted whole past the files' share of the free room does not push the list of
+    earlier files out: the list takes its share of what the question leaves."""
+    model = ScriptedChatModel(script=swe_script(CALLS))
+    middleware = ContextCompressionMiddleware(CONFIG, workdir=workdir, summary_model=ScriptedChatModel())
+    agent = create_agent(
+        model,
+        [read_source],
+        system_prompt=LONG_SYSTEM_PROMPT,
+        middleware=[middleware],
+        checkpointer=checkpointer,
+    )
+    agent.invoke({"messages": [HumanMessage(content=LONG_QUESTION)]}, THREAD)
+
+    summaries = [
+        content_text(message.content)
+        for request in model.requests
+        for message in request
+        if is_summary_message(message)
+    ]
+    assert len(set(summaries)) >= 2, "the premise: several summaries"
+    for text in summaries:
+        assert LONG_QUESTION in text, "the premise: the question is quoted whole"
+        named = NAMED_PATH.findall(text)
+        assert len(named) >= 2, "the summary names its own history file and at least one earlier file"

@@ -13,15 +13,19 @@ with the full text. The section is carried from summary to summary until a newer
 that was summarised stays in the history file as its reference. So that every compressed fact is
 one read from a path named in the request, the summary message names, besides its own history
 file, every earlier history file of the thread and every offload file the summarised messages
-referenced (cumulative through `_summarization_event`). The newest that fit in an eighth of the
-summary threshold are listed; the complete list is also in the header of the new history file (`earlier_files`), which
-the summary message names, so a long thread's older files are one read further, never lost.
+referenced (cumulative through `_summarization_event`). Those that fit in an eighth of the
+summary threshold are listed -- history files first (each holds a whole span), then offload files,
+newest first -- with the line saying where the rest are counted in. The complete list is also in
+the header of the new history file (`earlier_files`), which the summary message names, so a long
+thread's older files are one read further, never lost.
 
 *Room.* Both sections take only room the request leaves: `summary/step.py` measures the summary
-message without them plus the kept messages, reserves the size of the latest exchange (what the
-next call adds), and gives the sections at most half of the rest, the question first; the shares
-above are upper bounds. On a context overflow (S6, S30) the sections are dropped. So they are never
-what keeps a request over the threshold or the window, and never make every call summarise again.
+message without them plus the kept messages and reserves the size of the latest exchange (what the
+next call adds). The question is quoted whole when it fits the rest (else its head and tail within
+half of it); the file list takes half of what the question leaves; the shares above are upper
+bounds. On a context overflow (S6, S30) the sections are dropped. So they are never what keeps a
+request over the threshold or the window, and a fresh summary is never followed by another at the
+next call.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from ctxpress.compaction.budget import take_head, take_tail
 from ctxpress.compaction.content import content_text
 from ctxpress.compaction.markers import offloaded_argument_path, parse_offload_reference
 from ctxpress.summary.event import is_summary_message
+from ctxpress.summary.history import HISTORY_DIR
 from ctxpress.tokens import estimate_tokens
 
 #: A quoted question longer than this share of the summary threshold keeps its head and tail only
@@ -42,7 +47,8 @@ QUESTION_SHARE_OF_THRESHOLD = 0.25
 QUESTION_HEADING = "## The user's current request (verbatim; the messages after it answer it)"
 FILES_HEADING = "## Earlier files of this conversation (read one to see its full text)"
 #: The share of the summary threshold the list of earlier files may take in a summary message; the
-#: newest that fit are listed, the older ones only in the new history file's header.
+#: history files and then the newest offload files that fit are listed, the rest only in the new
+#: history file's header.
 FILES_SHARE_OF_THRESHOLD = 0.125
 
 
@@ -111,19 +117,43 @@ def files_budget(threshold_tokens: int) -> int:
     return int(threshold_tokens * FILES_SHARE_OF_THRESHOLD)
 
 
+def listing_order(files: Sequence[str]) -> list[str]:
+    """The files in the order they earn a place in the list: history files first, then offload
+    files, each newest first. A history file holds a whole summarised span (the previews and
+    references of its offloaded results included), an offload file one result, so for the same
+    tokens of path a history file puts far more compressed text one read away."""
+    newest_first = list(reversed(files))
+    history = [path for path in newest_first if path.startswith(f"{HISTORY_DIR}/")]
+    return history + [path for path in newest_first if not path.startswith(f"{HISTORY_DIR}/")]
+
+
 def files_section(
     files: Sequence[str], history_file: str | None, budget: int, profile: str = "default"
 ) -> str:
-    """The marked list of earlier files: the newest within `budget` tokens, and where the rest are."""
-    listed: list[str] = []
-    used = estimate_tokens(FILES_HEADING, profile)
-    for path in reversed(files):
+    """The marked list of earlier files within `budget` tokens (`listing_order` picks which, shown
+    oldest first), and where the rest are; the line saying where counts against the budget too."""
+    listed = _fitting(files, budget - estimate_tokens(FILES_HEADING, profile), profile)
+    if len(listed) < len(files):
+        rest = _overflow_line(len(files), history_file)  # the widest count: an upper bound
+        listed = _fitting(files, budget - estimate_tokens(f"{FILES_HEADING}\n{rest}", profile), profile)
+    lines = [FILES_HEADING, *(f"- {path}" for path in listed)]
+    if len(files) > len(listed):
+        lines.append(_overflow_line(len(files) - len(listed), history_file))
+    return "\n".join(lines)
+
+
+def _fitting(files: Sequence[str], budget: int, profile: str) -> list[str]:
+    """The files `listing_order` picks within `budget` tokens of list lines, in their own order."""
+    chosen: set[str] = set()
+    used = 0
+    for path in listing_order(files):
         used += estimate_tokens(f"- {path}\n", profile)
         if used > budget:
             break
-        listed.insert(0, path)
-    lines = [FILES_HEADING, *(f"- {path}" for path in listed)]
-    if len(files) > len(listed):
-        where = f"in the header of {history_file} " if history_file else "in the earlier history files "
-        lines.append(f"[… {len(files) - len(listed)} older files are listed {where}(earlier_files) …]")
-    return "\n".join(lines)
+        chosen.add(path)
+    return [path for path in files if path in chosen]
+
+
+def _overflow_line(count: int, history_file: str | None) -> str:
+    where = f"in the header of {history_file} " if history_file else "in the earlier history files "
+    return f"[… {count} older files are listed {where}(earlier_files) …]"

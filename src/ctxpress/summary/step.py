@@ -174,9 +174,10 @@ def _still_current(
     return previous.get("question_section")
 
 
-#: The share of the headroom (the threshold less the bare summary and the kept messages) the carried
-#: sections may take: the rest stays free so the next call, with a reply more, is still below the
-#: threshold instead of summarising again (no summary on every call).
+#: The share of the free room (the threshold less the bare summary, the kept messages and the next
+#: exchange) a cut question may take, and the share of what the question leaves that the file list
+#: may take: the rest stays free for the exchanges after the next one, so summaries do not follow
+#: each other closely. A question that fits the free room whole is quoted whole (`carried_sections`).
 CARRIED_SHARE_OF_HEADROOM = 0.5
 #: Below this many tokens a quote is no help: the section is left out (the history file has it).
 MIN_QUESTION_TOKENS = 24
@@ -188,20 +189,19 @@ def finish_summary(
     """The new event and view, from the plan and what its history write and summary call gave.
 
     `headroom(view)` is how many tokens a request of `view` leaves below the threshold (or the
-    context window); the carried sections (quoted question, earlier files) take at most
-    `CARRIED_SHARE_OF_HEADROOM` of what the bare summary and the kept messages leave, so they are
+    context window); the carried sections (quoted question, earlier files) take only room that the
+    bare summary, the kept messages and the next exchange leave (`carried_sections`), so they are
     never what keeps the request over. Without it only the threshold shares bound them.
     """
     outcome = saved.outcome
     text = outcome.text if outcome.ok else failed_summary_text(outcome.error or "", plan.messages)
     bare = make_summary_message(text, saved.file_path, plan.summary_count)
-    room = plan.question_budget + plan.files_budget
+    free = None
     if headroom is not None:
         # The next call adds about one more exchange like the last: that stays free as well.
         growth = headroom([]) - headroom(last_exchange(plan.kept))
-        free = headroom([bare, *plan.kept]) - growth
-        room = min(room, int(max(0, free) * CARRIED_SHARE_OF_HEADROOM))
-    sections = carried_sections(plan, saved.file_path, room)
+        free = max(0, headroom([bare, *plan.kept]) - growth)
+    sections = carried_sections(plan, saved.file_path, free)
     summary_message = make_summary_message(text, saved.file_path, plan.summary_count, sections.texts)
     event: SummarizationEvent = {
         "cutoff_index": plan.span.end,
@@ -229,10 +229,14 @@ class CarriedSections:
     texts: list[str]  # the sections this summary message shows
 
 
-def carried_sections(plan: SummaryPlan, file_path: str | None, room: int) -> CarriedSections:
-    """The quoted question and the list of earlier files, within `room` tokens together.
+def carried_sections(plan: SummaryPlan, file_path: str | None, free: int | None) -> CarriedSections:
+    """The quoted question and the list of earlier files, within the `free` tokens the request
+    leaves (None: only their own budgets bound them).
 
-    The question comes first (up to its own budget); the files take what is left. A section that
+    The question comes first: quoted whole when it fits its budget and the free room -- the current
+    request is what the kept messages answer, and a cut quote loses its middle -- else its head and
+    tail within `CARRIED_SHARE_OF_HEADROOM` of the free room. The files take that share of what the
+    question leaves, so the rest stays free for the exchanges after the next one. A section that
     does not fit even shortened is left out of the message; the history file keeps its text.
     """
     raw = plan.question
@@ -243,15 +247,18 @@ def carried_sections(plan: SummaryPlan, file_path: str | None, room: int) -> Car
         if plan.question is not None
         else plan.carried_question
     )
+    unbounded = plan.question_budget + plan.files_budget
     texts: list[str] = []
-    left = room
+    used = 0
     if question and raw is not None:
-        budget = min(plan.question_budget, left)
-        if estimate_tokens(question, plan.profile) <= budget:
+        whole = plan.question_budget if free is None else min(plan.question_budget, free)
+        cut = plan.question_budget if free is None else min(plan.question_budget, _share(free))
+        if estimate_tokens(question, plan.profile) <= whole:
             texts.append(question)
-        elif budget >= MIN_QUESTION_TOKENS:
-            texts.append(question_section(raw, file_path, budget // 2, plan.profile))
-        left -= sum(estimate_tokens(text, plan.profile) for text in texts)
+        elif cut >= MIN_QUESTION_TOKENS:
+            texts.append(question_section(raw, file_path, cut // 2, plan.profile))
+        used = sum(estimate_tokens(text, plan.profile) for text in texts)
+    left = unbounded - used if free is None else _share(max(0, free - used))
     files = plan.span.earlier_files
     budget = min(plan.files_budget, left)
     if files and budget > 0:
@@ -261,6 +268,10 @@ def carried_sections(plan: SummaryPlan, file_path: str | None, room: int) -> Car
         if estimate_tokens(listed, plan.profile) <= left:
             texts.append(listed)
     return CarriedSections(question, texts)
+
+
+def _share(free: int) -> int:
+    return int(free * CARRIED_SHARE_OF_HEADROOM)
 
 
 def save_history(workdir: Workdir, plan: SummaryPlan) -> tuple[str | None, str | None]:
