@@ -184,3 +184,49 @@ def test_unknown_run_id_in_stream_is_404(start_server: ServerFactory) -> None:
     alice = server.client(server.create_user("alice"))
     response = alice.get(f"/api/runs/{uuid.uuid4().hex}/events")
     assert response.status_code == 404
+
+
+def test_a_stored_event_read_while_deltas_are_queued_does_not_skip_them(start_server: ServerFactory) -> None:
+    """The follower reads SQL while the bus has already queued deltas published before a stored event
+    that read returns (it was committed after them): the deltas still go out, before it, once each."""
+    from ctxpress.app.server.runtime.live_events import EventPosition, LiveEvent
+
+    gate = threading.Event()
+    model = PacedChatModel(script=long_answer, pause_after_chunks=5, pause_gate=gate)
+    server = start_server(agents=[paced_agent(model)])
+    alice = server.client(server.create_user("alice"))
+    run_id = send(alice, create_conversation(alice), "讲长一点")["run"]["id"]
+    assert model.paused.wait(timeout=30)
+    log = server.services.events
+    reads_of_sql = log._durable_after
+
+    async def follow_with_a_racing_writer() -> list[LiveEvent]:
+        newest = (await reads_of_sql(run_id, EventPosition(0)))[1][-1].position.durable_id
+        raced = [False]
+
+        async def read_after_a_racing_writer(run: str, cursor: EventPosition) -> Any:
+            if not raced[0]:
+                raced[0] = True
+                # A delta goes out on the bus, then a stored event commits -- before the read.
+                log.bus.publish(
+                    LiveEvent(run, EventPosition(newest, 10_000), "message_delta", {"delta": "迟到的"})
+                )
+                await log.emit(run, "custom", {"note": "committed after the delta"})
+            return await reads_of_sql(run, cursor)
+
+        log._durable_after = read_after_a_racing_writer  # type: ignore[method-assign]
+        seen: list[LiveEvent] = []
+        try:
+            async for event in log.follow(run_id, after=EventPosition(newest)):
+                seen.append(event)
+                if event.type == "custom":
+                    break
+        finally:
+            del log._durable_after
+        return seen
+
+    seen = server.call(follow_with_a_racing_writer())
+    gate.set()
+    assert [event.type for event in seen][-2:] == ["message_delta", "custom"], seen
+    assert seen[-2].data["delta"] == "迟到的"
+    wait_for_status(alice, run_id, {"succeeded"})

@@ -121,14 +121,16 @@ class EventLog:
         # second read, a live stream no read before subscribing.
         async with self.bus.subscribe(run_id) as subscriber:
             run, durable = await self._durable_after(run_id, cursor)
-            catch_up: list[LiveEvent] = list(durable)
+            # What the bus delivered during the read goes in with it, in order: a stored event the
+            # read found may be newer than deltas already queued (they were published before it
+            # was committed), and sending it first would leave them behind the client's position.
+            catch_up: list[LiveEvent] = [*durable, *subscriber.drain()]
             if _executing(run):
-                catch_up += [e for e in subscriber.backlog if e.position.is_live and e.position > cursor]
-            for event in sorted(catch_up, key=lambda e: e.position):
-                if event.position > cursor:
-                    cursor = event.position
-                    self.metrics.live_delivered.labels(source=_source(event)).inc()
-                    yield event
+                catch_up += [e for e in subscriber.backlog if e.position.is_live]
+            for event in _in_order_after(catch_up, cursor):
+                cursor = event.position
+                self.metrics.live_delivered.labels(source=_source(event)).inc()
+                yield event
             while _executing(run):
                 batch = await subscriber.next_batch(self.silence_seconds)
                 check_sql = not batch or subscriber.take_gap()
@@ -141,9 +143,9 @@ class EventLog:
                     check_sql = check_sql or event.type in ENDING_EVENT_TYPES
                 if check_sql:
                     run, durable = await self._durable_after(run_id, cursor)
-                    for event in durable:
+                    for event in _in_order_after([*durable, *subscriber.drain()], cursor):
                         cursor = event.position
-                        self.metrics.live_delivered.labels(source="sql").inc()
+                        self.metrics.live_delivered.labels(source=_source(event)).inc()
                         yield event
 
     async def _durable_after(self, run_id: str, cursor: EventPosition) -> tuple[Run | None, list[LiveEvent]]:
@@ -160,6 +162,12 @@ class EventLog:
                 if len(rows) < REPLAY_BATCH:
                     return run, found
                 after_id = rows[-1].id
+
+
+def _in_order_after(found: list[LiveEvent], cursor: EventPosition) -> list[LiveEvent]:
+    """The events after `cursor`, each position once, in position order."""
+    unique = {event.position: event for event in found if event.position > cursor}
+    return [unique[position] for position in sorted(unique)]
 
 
 def _ended(run: Run) -> bool:

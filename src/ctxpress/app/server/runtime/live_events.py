@@ -94,6 +94,12 @@ class LiveSubscriber:
         gap, self._gap = self._gap, False
         return gap
 
+    def drain(self) -> list[LiveEvent]:
+        """Everything queued now, without waiting."""
+        batch = list(self._items)
+        self._items.clear()
+        return batch
+
     async def next_batch(self, timeout: float) -> list[LiveEvent]:
         """Everything queued, waiting up to `timeout` seconds for something; [] on timeout."""
         if not self._items and not self._gap:
