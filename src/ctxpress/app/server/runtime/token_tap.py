@@ -27,10 +27,9 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, GenerationChunk, LLMResult
 from langchain_core.tracers._streaming import _StreamingCallbackHandler
-from langgraph.constants import TAG_NOSTREAM
 from langgraph.pregel._messages import graph_namespace
 
-from ctxpress.app.server.runtime.usage_recording import SUMMARY_SOURCE
+from ctxpress.app.server.runtime.usage_recording import is_summary_call
 
 T = TypeVar("T")
 DeltaSink = Callable[[dict[str, Any]], None]
@@ -38,9 +37,7 @@ DeltaSink = Callable[[dict[str, Any]], None]
 
 def is_streamed_call(tags: list[str] | None, metadata: dict[str, Any] | None) -> bool:
     """Whether a model call's tokens are shown (S21: never the summary call's)."""
-    if TAG_NOSTREAM in (tags or ()):
-        return False
-    return not (metadata and metadata.get("lc_source") == SUMMARY_SOURCE)
+    return not is_summary_call(tags, metadata)
 
 
 class TokenTap(BaseCallbackHandler, _StreamingCallbackHandler):
