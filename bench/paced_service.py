@@ -17,7 +17,6 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import uvicorn
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
@@ -26,6 +25,7 @@ from langchain_core.runnables import Runnable
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.app import create_app
+from ctxpress.app.server.http_serving import serve_http
 from ctxpress.app.server.settings import Settings
 
 TOKENS_ENV = "CTXPRESS_BENCH_TOKENS"
@@ -87,8 +87,14 @@ def paced_agent() -> AgentDefinition:
 
 
 def main(argv: list[str]) -> None:
-    app: Any = create_app(Settings(), agents=[paced_agent()])
-    uvicorn.run(app, host="127.0.0.1", port=int(argv[1]), log_level="warning")
+    settings = Settings()
+    serve_http(
+        create_app(settings, agents=[paced_agent()]),
+        settings,
+        host="127.0.0.1",
+        port=int(argv[1]),
+        log_level="warning",
+    )
 
 
 if __name__ == "__main__":

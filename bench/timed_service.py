@@ -35,7 +35,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
-import uvicorn
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGenerationChunk
@@ -48,6 +47,7 @@ from ctxpress.app.models import BuiltinChatModel
 from ctxpress.app.models.builtin import is_summary_call
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec, default_agent
 from ctxpress.app.server.app import create_app
+from ctxpress.app.server.http_serving import serve_http
 from ctxpress.app.server.repositories.pressure import PressureRepository
 from ctxpress.app.server.settings import Settings
 from ctxpress.app.server.usecases import compression
@@ -211,8 +211,14 @@ def timed_agent() -> AgentDefinition:
 def main(argv: list[str]) -> None:
     port = int(argv[1])
     instrument(os.environ[TIMINGS_ENV], os.environ.get(PROFILE_ENV) or None)
-    app: Any = create_app(Settings(), agents=[timed_agent()])
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    settings = Settings()
+    serve_http(
+        create_app(settings, agents=[timed_agent()]),
+        settings,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+    )
 
 
 if __name__ == "__main__":

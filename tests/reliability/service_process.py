@@ -37,12 +37,12 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.app import create_app
+from ctxpress.app.server.http_serving import serve_http
 from ctxpress.app.server.settings import Settings
 from ctxpress.summary.event import is_summary_message
 from ctxpress.workdir import LocalWorkdir
@@ -253,8 +253,10 @@ def main(argv: list[str]) -> None:
     slow_checkpoints()
     if trace_file := os.environ.get("CTXPRESS_TEST_LOCK_TRACE"):
         trace_locks(trace_file)
-    app: Any = create_app(Settings(), agents=[agent()])
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    settings = Settings()
+    serve_http(
+        create_app(settings, agents=[agent()]), settings, host="127.0.0.1", port=port, log_level="warning"
+    )
 
 
 if __name__ == "__main__":

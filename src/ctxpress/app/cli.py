@@ -114,9 +114,8 @@ def serve(
     ] = None,
 ) -> None:
     """Run the chat service (HTTP API + SSE). The first start prints the admin token."""
-    import uvicorn
-
     from ctxpress.app.server.app import create_app
+    from ctxpress.app.server.http_serving import serve_http
 
     settings = _settings(
         data_dir=data_dir, database_url=database_url, agents_file=agents, redis_url=redis_url
@@ -135,7 +134,7 @@ def serve(
     _print_banner(
         settings, definitions, host, port, admin, _knowledge_base_status(open_knowledge_base(settings))
     )
-    uvicorn.run(create_app(settings, agents=definitions), host=host, port=port, log_level=log_level.lower())
+    serve_http(create_app(settings, agents=definitions), settings, host=host, port=port, log_level=log_level)
 
 
 async def first_start(settings: Settings) -> IssuedToken | None:

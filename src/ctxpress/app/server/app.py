@@ -64,6 +64,7 @@ def create_app(
     app.include_router(web.router)  # the page: / and /static/
     _install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=resolved.max_body_bytes)
+    app.state.settings = resolved  # what serves it reads its HTTP settings here (`http_serving`)
     return app
 
 

@@ -73,6 +73,12 @@ class Settings(BaseSettings):
         default=1.0, gt=0, description="How often the worker looks for queued runs and expired leases."
     )
     sse_ping_seconds: float = Field(default=15.0, gt=0)
+    http_keep_alive_seconds: float = Field(
+        default=75.0,
+        ge=1,
+        le=3600,
+        description="How long an idle HTTP connection is kept open: longer than the clients' and proxies' own.",
+    )
     run_recursion_limit: int = Field(default=100, ge=5, description="LangGraph steps allowed per run.")
     workdir_max_file_bytes: int = Field(
         default=16 * 1024 * 1024,

@@ -12,7 +12,9 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
+from ctxpress.app.server.http_serving import uvicorn_config
 from ctxpress.app.server.runtime.container import Services
+from ctxpress.app.server.settings import Settings
 
 from .ports import free_port
 
@@ -26,8 +28,9 @@ class LiveServer:
     def __init__(self, app: FastAPI) -> None:
         self.app = app
         self.port = free_port()
+        settings: Settings = app.state.settings
         self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+            uvicorn_config(app, settings, host="127.0.0.1", port=self.port, log_level="warning")
         )
         self.loop: asyncio.AbstractEventLoop | None = None
         self._failure: BaseException | None = None

@@ -1,0 +1,37 @@
+"""The service under uvicorn: the one place its HTTP server is configured (`ctxpress serve`, the
+test harness's processes and threads, the benchmarks' services)."""
+
+from __future__ import annotations
+
+import uvicorn
+from fastapi import FastAPI
+
+from ctxpress.app.server.settings import Settings
+
+#: The process's exit code when the server could not start (uvicorn's own).
+STARTUP_FAILURE_EXIT_CODE = 3
+
+
+def uvicorn_config(
+    app: FastAPI, settings: Settings, *, host: str, port: int, log_level: str
+) -> uvicorn.Config:
+    """uvicorn's settings for the service. Idle keep-alive connections live for
+    `settings.http_keep_alive_seconds`: longer than a client's or proxy's own idle expiry, so that
+    the client closes first and a request never meets a connection the server is closing."""
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level.lower(),
+        lifespan="on",
+        timeout_keep_alive=max(1, round(settings.http_keep_alive_seconds)),
+    )
+
+
+def serve_http(app: FastAPI, settings: Settings, *, host: str, port: int, log_level: str) -> None:
+    """Run the service until it is told to stop (SIGINT, SIGTERM); exit 3 if it could not start
+    (uvicorn's own code for a failed startup, e.g. the port is taken)."""
+    server = uvicorn.Server(uvicorn_config(app, settings, host=host, port=port, log_level=log_level))
+    server.run()
+    if not server.started:
+        raise SystemExit(STARTUP_FAILURE_EXIT_CODE)
