@@ -60,11 +60,11 @@ class UserRepository:
         if user_id is not None:
             query = query.where(ApiToken.user_id == user_id)
         rows = await self.session.execute(query.order_by(ApiToken.created_at, ApiToken.id))
-        return [(token, name) for token, name in rows.tuples()]
+        return [(token, name) for token, name in rows]
 
     async def token(self, token_id: str) -> tuple[ApiToken, str] | None:
         if not is_public_id(token_id):
             return None
         query = select(ApiToken, User.name).join(User, User.id == ApiToken.user_id)
-        row = (await self.session.execute(query.where(ApiToken.id == token_id))).tuples().first()
+        row = (await self.session.execute(query.where(ApiToken.id == token_id))).first()
         return (row[0], row[1]) if row else None
