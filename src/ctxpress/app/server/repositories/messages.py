@@ -14,9 +14,12 @@ class MessageRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    async def append(self, conversation_id: str, run_id: str | None, message: BaseMessage) -> Message | None:
-        """Store `message` at the end of the record; `None` when a message with its id is already there."""
-        if message.id is not None and await self._has_lc_id(conversation_id, message.id):
+    async def append(
+        self, conversation_id: str, run_id: str | None, message: BaseMessage, *, new_id: bool = False
+    ) -> Message | None:
+        """Store `message` at the end of the record; `None` when a message with its id is already
+        there. `new_id`: the caller just minted the message's id, so it is not looked up."""
+        if not new_id and message.id is not None and await self._has_lc_id(conversation_id, message.id):
             return None
         record = Message(
             conversation_id=conversation_id,

@@ -120,13 +120,14 @@ async def conversation_status(conversation: ConversationDep, services: ServicesD
     },
 )
 async def create_run(
-    body: CreateRunRequest, user: UserDep, conversation: ConversationDep, services: ServicesDep
+    conversation_id: str, body: CreateRunRequest, user: UserDep, services: ServicesDep
 ) -> RunAccepted:
     """Send a message: the run starts now, or waits FIFO behind the conversation's active run. The
     message is in the chat record from this answer on; while a manual compression holds the
-    conversation it is refused (409 `compressing`, `Retry-After`)."""
-    intake = await services.runs.submit(user, conversation.id, body.input)
-    await services.conversations.title_from_first_question(conversation, body.input)
+    conversation it is refused (409 `compressing`, `Retry-After`). An untitled conversation is
+    named after its first message."""
+    # One transaction checks the owner, stores the message and the run, and names the conversation.
+    intake = await services.runs.submit(user, conversation_id, body.input)
     return RunAccepted(
         run=RunOut.of(intake.run),
         started=intake.started,

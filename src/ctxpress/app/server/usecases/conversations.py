@@ -114,17 +114,6 @@ class ConversationService:
             await session.refresh(conversation)
         return conversation
 
-    async def title_from_first_question(self, conversation: Conversation, question: str) -> None:
-        """An untitled conversation is named after its first question (a rename or a title wins)."""
-        if conversation.title:
-            return
-        title = automatic_title(question)
-        if not title:
-            return
-        async with self.database.session() as session:
-            await ConversationRepository(session).title_if_untitled(conversation.id, title)
-            await session.commit()
-
     async def messages(self, conversation: Conversation, *, after: int, limit: int) -> list[Message]:
         """The complete chat record, oldest first, `limit` messages with ids above `after`."""
         async with self.database.session() as session:

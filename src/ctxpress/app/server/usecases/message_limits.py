@@ -62,7 +62,14 @@ def model_context_window(model: BaseChatModel) -> int | None:
 
 def message_budget(runtime: AgentRuntime) -> MessageBudget:
     config = runtime.compression
-    fixed = measure_request([], system_message_of(runtime.definition.system_prompt), runtime.tools, config)
+    # The agent's own counter: its tool-schema cache makes this a lookup on every intake after the first.
+    fixed = measure_request(
+        [],
+        system_message_of(runtime.definition.system_prompt),
+        runtime.tools,
+        config,
+        counter=runtime.token_counter,
+    )
     window = model_context_window(runtime.main_model)
     budget = min(config.threshold_tokens, window) if window else config.threshold_tokens
     summary = summary_output_budget(config)
@@ -81,9 +88,10 @@ def message_tokens(runtime: AgentRuntime, text: str) -> int:
     return count_message_tokens(HumanMessage(text), runtime.compression.token_profile)
 
 
-def check_message_size(runtime: AgentRuntime, text: str) -> None:
-    """`MessageTooLargeError` (413) when `text` alone is over the agent's message budget."""
-    budget = message_budget(runtime)
+def check_message_size(runtime: AgentRuntime, text: str, budget: MessageBudget | None = None) -> None:
+    """`MessageTooLargeError` (413) when `text` alone is over the agent's message budget (`budget`:
+    the caller's copy of `message_budget(runtime)`)."""
+    budget = budget if budget is not None else message_budget(runtime)
     tokens = message_tokens(runtime, text)
     if tokens <= budget.max_message_tokens:
         return

@@ -18,6 +18,7 @@ from ctxpress.app.server.db.models import (
     TERMINAL_RUN_STATUSES,
     Run,
     User,
+    is_public_id,
 )
 from ctxpress.app.server.errors import (
     InputTooLongError,
@@ -41,7 +42,8 @@ from ctxpress.app.server.runtime.locks import (
     try_conversation_lock,
 )
 from ctxpress.app.server.runtime.worker import RunWorker
-from ctxpress.app.server.usecases.message_limits import check_message_size
+from ctxpress.app.server.usecases.conversations import automatic_title
+from ctxpress.app.server.usecases.message_limits import MessageBudget, check_message_size, message_budget
 
 WORKERS_BUSY = "workers_busy"
 #: The user already has `max_runs_per_user` runs executing on this process (fairness).
@@ -83,12 +85,16 @@ class RunService:
         self.worker = worker
         self.agents = agents
         self.max_input_chars = max_input_chars
+        #: Each agent's message budget: its system prompt and tools do not change while the service runs.
+        self._budgets: dict[str, MessageBudget] = {}
 
     async def submit(self, user: User, conversation_id: str, text: str) -> Intake:
         """Start a run for the user's message, or queue it FIFO behind the conversation's active run.
         The message is stored in the chat record in the transaction that accepts the run."""
         if len(text) > self.max_input_chars:
             raise InputTooLongError(f"input is longer than {self.max_input_chars} characters")
+        if not is_public_id(conversation_id):
+            raise NotFoundError("conversation not found")
         slot = _SlotReservation()
         try:
             async with self.database.session() as session:
@@ -135,24 +141,33 @@ class RunService:
 
     def _check_size(self, agent_name: str, text: str) -> None:
         runtime = self.agents.get(agent_name)
-        if runtime is not None:
-            check_message_size(runtime, text)
+        if runtime is None:
+            return
+        budget = self._budgets.get(agent_name)
+        if budget is None:
+            budget = self._budgets[agent_name] = message_budget(runtime)
+        check_message_size(runtime, text, budget)
 
     async def _accept(
         self, locked: LockedConversation, user: User, text: str, slot: _SlotReservation
     ) -> Intake:
         """Store the message and its run under the lock; mark it started when the conversation is
         idle and a slot is free (`slot` records the reservation), else queue it (its `run_queued`
-        event says why). The caller's lock block commits; the caller launches a started run."""
+        event says why). An untitled conversation is named after the message. The caller's lock
+        block commits; the caller launches a started run."""
         session = locked.session
         conversation_id = locked.conversation.id
+        untitled = not locked.conversation.title
         busy = await locked.busy_state()
         runs = RunRepository(session)
         message = HumanMessage(content=text, id=str(uuid.uuid4()))
         run = await runs.add(locked.conversation, input={"text": text, "message_id": message.id})
         # In the chat record from the moment it is accepted (S1): a run that never
         # starts -- queued, cancelled, or failed after a crash -- still shows it.
-        await MessageRepository(session).append(conversation_id, run.id, message)
+        await MessageRepository(session).append(conversation_id, run.id, message, new_id=True)
+        if untitled and (title := automatic_title(text)):
+            # One conditional statement: a rename that commits first wins.
+            await ConversationRepository(session).title_if_untitled(conversation_id, title)
         slot.held = busy is None and self.worker.reserve_slot(user.id)
         if slot.held:
             await self.worker.mark_started(session, run)
