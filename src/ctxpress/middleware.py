@@ -72,6 +72,7 @@ from ctxpress.summary.step import (
     SummaryStep,
     asave_and_summarize,
     finish_summary,
+    keep_freeing,
     keep_that_fits,
     plan_summary,
     save_and_summarize,
@@ -87,6 +88,9 @@ logger = logging.getLogger("ctxpress.middleware")
 WorkdirResolver = Callable[[ModelRequest], Workdir]
 PressureCallback = Callable[[RequestPressure], None]
 DEFAULT_SUMMARY_TIMEOUT_S = 120.0
+#: Summaries made for one call at most: a second, keeping fewer messages, when the first could not
+#: quote the question it passes whole (`keep_freeing`).
+QUESTION_ATTEMPTS = 2
 
 
 class CompressionState(AgentState):
@@ -384,18 +388,35 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         full_state = state_messages(call.request) or call.request.messages
         threshold = self.config.threshold_tokens
 
-        def kept_fits(kept: Sequence[BaseMessage]) -> bool:  # measured as sent: the L1 view's tail
-            return self._count(call, l1.messages[len(l1.messages) - len(kept) :]) < threshold
+        def sent(kept: Sequence[BaseMessage]) -> int:  # measured as sent: the L1 view's tail
+            return self._count(call, l1.messages[len(l1.messages) - len(kept) :])
 
-        keep = keep_that_fits(call.effective, self.config.summary_keep_messages, kept_fits)
-        plan = plan_summary(call.effective, l1.messages, full_state, self.config, thread_id(), keep)
-        if plan is None:
-            return None
-        saved: SavedSummary = yield SaveAndSummarize(plan)
+        keep = keep_that_fits(
+            call.effective, self.config.summary_keep_messages, lambda kept: sent(kept) < threshold
+        )
         # The carried sections take only the headroom below the threshold (or, forced, below the
         # size that overflowed): they are never what keeps the request over.
         limit = threshold if limit is None else min(threshold, limit)
-        step = finish_summary(plan, saved, lambda view: limit - self._count(call, view))
+        done: tuple[SummaryPlan, SavedSummary, SummaryStep] | None = None
+        for _attempt in range(QUESTION_ATTEMPTS):
+            plan = plan_summary(call.effective, l1.messages, full_state, self.config, thread_id(), keep)
+            if plan is None:
+                break
+            saved: SavedSummary = yield SaveAndSummarize(plan)
+            step = finish_summary(plan, saved, lambda view: limit - self._count(call, view))
+            done = (plan, saved, step)
+            if not step.question_shortfall:
+                break
+            # The question the summary passes did not fit whole beside the kept messages: keep
+            # fewer (S14 keeps them "preferably") and summarise again, so that it is never cut.
+            # (The first attempt's history file stays, named by no event; the second covers it.)
+            smaller = keep_freeing(call.effective, keep, step.question_shortfall, sent)
+            if smaller is None:
+                break
+            keep = smaller
+        if done is None:
+            return None
+        plan, saved, step = done
         call.state_update[EVENT_KEY] = step.event
         call.summary = step
         call.summary_parts = (plan, saved)

@@ -282,3 +282,47 @@ def test_s14_whole_question_leaves_room_for_the_file_list(workdir: LocalWorkdir,
         assert LONG_QUESTION in text, "the premise: the question is quoted whole"
         named = NAMED_PATH.findall(text)
         assert len(named) >= 2, "the summary names its own history file and at least one earlier file"
+
+
+#: A question within its own budget (a quarter of the threshold) that the room beside the summary,
+#: the system prompt and `summary_keep_messages` kept messages cannot hold.
+ROOMLESS_QUESTION = (
+    "Fix the failing test in tests/test_parser.py without changing src/parser.py's public API. "
+    + " ".join(f"Constraint {n}: field_{n:03d} must stay at offset {n * 8} bytes." for n in range(30))
+    + " END-OF-REQUEST"
+)
+ROOMLESS_SYSTEM_PROMPT = "You fix bugs. " + " ".join(f"Rule {n}: keep the diff minimal." for n in range(150))
+
+
+def test_s14_question_is_quoted_whole_by_keeping_fewer_messages(
+    workdir: LocalWorkdir, checkpointer: Any
+) -> None:
+    """When the system prompt, the summary and the kept messages leave too little room for the
+    question the summary passes, the summary keeps fewer messages (S14 keeps them "preferably")
+    instead of cutting the question: the current request is never lost."""
+    model = ScriptedChatModel(script=swe_script(CALLS))
+    middleware = ContextCompressionMiddleware(CONFIG, workdir=workdir, summary_model=ScriptedChatModel())
+    agent = create_agent(
+        model,
+        [read_source],
+        system_prompt=ROOMLESS_SYSTEM_PROMPT,
+        middleware=[middleware],
+        checkpointer=checkpointer,
+    )
+    agent.invoke({"messages": [HumanMessage(content=ROOMLESS_QUESTION)]}, THREAD)
+
+    summarised = [r for r in model.requests if any(is_summary_message(m) for m in r)]
+    assert summarised, "the premise: requests after a summary"
+    kept_counts = [len(request) - 2 for request in summarised]  # less the system prompt and summary
+    assert min(kept_counts) < CONFIG.summary_keep_messages, "the premise: fewer messages kept"
+    for request in summarised:
+        assert_provider_valid(request[1:])
+        assert ROOMLESS_QUESTION in request_text(request)
+        assert (
+            middleware.token_counter.count_request(request[1:], request[0], None, CONFIG.token_profile)
+            < CONFIG.threshold_tokens
+        )
+    # Every summarised message is in the history file the latest summary names (nothing lost).
+    event = agent.get_state(THREAD).values[EVENT_KEY]
+    _, history = read_history(workdir, event["file_path"])
+    assert history, "the latest summary's history file holds its span"

@@ -75,6 +75,9 @@ class SummaryStep:
     view: list[BaseMessage]
     summary_error: str | None
     write_error: str | None
+    #: Tokens the free room lacked to quote the question whole (0: quoted whole, none to quote, or
+    #: longer than its own budget and cut whatever the room): what keeping fewer messages would free.
+    question_shortfall: int = 0
 
 
 def history_messages(
@@ -113,6 +116,26 @@ def keep_that_fits(
         if cutoff is None or kept_fits(effective.messages[cutoff:]):
             return candidate
     return 1
+
+
+def keep_freeing(
+    effective: EffectiveMessages, keep: int, tokens: int, count: Callable[[Sequence[BaseMessage]], int]
+) -> int | None:
+    """The largest keep below `keep` whose kept messages are at least `tokens` smaller than those
+    of `keep` (`count` measures them as sent), or None when no smaller keep frees that much."""
+    cutoff = summary_cutoff(effective, keep)
+    if cutoff is None:
+        return None
+    kept_tokens = count(effective.messages[cutoff:])
+    for candidate in range(keep - 1, 0, -1):
+        smaller = summary_cutoff(effective, candidate)
+        if (
+            smaller is not None
+            and smaller > cutoff
+            and kept_tokens - count(effective.messages[smaller:]) >= tokens
+        ):
+            return candidate
+    return None
 
 
 def plan_summary(
@@ -212,7 +235,9 @@ def finish_summary(
         "question_section": sections.question,
         "earlier_files": list(plan.span.earlier_files),
     }
-    return SummaryStep(event, [summary_message, *plan.kept], outcome.error, saved.write_error)
+    return SummaryStep(
+        event, [summary_message, *plan.kept], outcome.error, saved.write_error, sections.question_shortfall
+    )
 
 
 def last_exchange(kept: Sequence[BaseMessage]) -> list[BaseMessage]:
@@ -227,6 +252,7 @@ def last_exchange(kept: Sequence[BaseMessage]) -> list[BaseMessage]:
 class CarriedSections:
     question: str | None  # the question section carried on to the next summary (kept whole)
     texts: list[str]  # the sections this summary message shows
+    question_shortfall: int = 0  # see `SummaryStep.question_shortfall`
 
 
 def carried_sections(plan: SummaryPlan, file_path: str | None, free: int | None) -> CarriedSections:
@@ -250,12 +276,16 @@ def carried_sections(plan: SummaryPlan, file_path: str | None, free: int | None)
     unbounded = plan.question_budget + plan.files_budget
     texts: list[str] = []
     used = 0
+    shortfall = 0
     if question and raw is not None:
         whole = plan.question_budget if free is None else min(plan.question_budget, free)
         cut = plan.question_budget if free is None else min(plan.question_budget, _share(free))
-        if estimate_tokens(question, plan.profile) <= whole:
+        question_tokens = estimate_tokens(question, plan.profile)
+        if question_tokens <= whole:
             texts.append(question)
-        elif cut >= MIN_QUESTION_TOKENS:
+        elif free is not None and question_tokens <= plan.question_budget:
+            shortfall = question_tokens - free
+        if question_tokens > whole and cut >= MIN_QUESTION_TOKENS:
             texts.append(question_section(raw, file_path, cut // 2, plan.profile))
         used = sum(estimate_tokens(text, plan.profile) for text in texts)
     left = unbounded - used if free is None else _share(max(0, free - used))
@@ -267,7 +297,7 @@ def carried_sections(plan: SummaryPlan, file_path: str | None, free: int | None)
             listed = files_section(files, file_path, 0, plan.profile)
         if estimate_tokens(listed, plan.profile) <= left:
             texts.append(listed)
-    return CarriedSections(question, texts)
+    return CarriedSections(question, texts, shortfall)
 
 
 def _share(free: int) -> int:
