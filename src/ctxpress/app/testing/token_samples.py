@@ -159,14 +159,60 @@ def _tau_bench(data_dir: Path) -> list[dict[str, Any]]:
     return data
 
 
-def json_english(data_dir: Path) -> list[TextSample]:
-    units: list[tuple[str, str]] = []
+def _is_json_text(value: object) -> bool:
+    return isinstance(value, str) and value.lstrip().startswith(("{", "["))
+
+
+def _tau_bench_tool_results(data_dir: Path) -> Iterator[tuple[str, str]]:
     for index, trial in enumerate(_tau_bench(data_dir)):
         for message in trial["traj"]:
             content = message.get("content")
-            if message["role"] == "tool" and isinstance(content, str) and content.startswith(("{", "[")):
-                units.append((f"traces/tau-bench/gpt-4o-airline.json#{index}", content))
-    return _group(units, "json_english", joiner="\n")
+            if message["role"] == "tool" and _is_json_text(content):
+                yield f"traces/tau-bench/gpt-4o-airline.json#{index}", content
+
+
+def _glaive_en_json(data_dir: Path) -> Iterator[tuple[str, str]]:
+    """The function calls and function results (JSON) of glaive's English conversations."""
+    path = data_dir / "traces" / "glaive-toolcall" / "data" / "glaive_toolcall_en_demo.json"
+    for index, item in enumerate(_read_json(path)):
+        for turn in item["conversations"]:
+            if turn["from"] in ("function_call", "observation") and _is_json_text(turn["value"]):
+                yield f"traces/glaive-toolcall/glaive_toolcall_en_demo.json#{index}", turn["value"]
+
+
+def _toolbench_responses(data_dir: Path) -> Iterator[tuple[str, str]]:
+    """The JSON bodies real web APIs answered in ToolBench's solution trees (`observation.response`)."""
+    folder = data_dir / "traces" / "toolbench" / "data_example" / "answer"
+
+    def responses(node: object) -> Iterator[str]:
+        if isinstance(node, dict):
+            observation = node.get("observation")
+            if isinstance(observation, str) and observation.startswith("{"):
+                try:
+                    response = json.loads(observation).get("response")
+                except (ValueError, AttributeError):
+                    response = None
+                if _is_json_text(response):
+                    yield response
+            for value in node.values():
+                yield from responses(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from responses(value)
+
+    for path in sorted(folder.rglob("*.json")):
+        source = f"traces/toolbench/{path.relative_to(folder).as_posix()}"
+        yield from ((source, response) for response in dict.fromkeys(responses(_read_json(path))))
+
+
+def json_english(data_dir: Path) -> list[TextSample]:
+    """Real tool results in English JSON from three independent sources (tau-bench's airline tools,
+    glaive's function calls and results, the web APIs of ToolBench), each grouped on its own."""
+    return (
+        _group(_tau_bench_tool_results(data_dir), "json_english", joiner="\n")
+        + _group(_glaive_en_json(data_dir), "json_english", joiner="\n")
+        + _group(_toolbench_responses(data_dir), "json_english", joiner="\n")
+    )
 
 
 def _crosswoz_record_groups(data_dir: Path, records_per_group: int = 3) -> Iterator[tuple[str, Any]]:
