@@ -1646,9 +1646,9 @@ def peer_notes(comparison: PeerComparison) -> list[str]:
         "time: the steadiest figure on a shared machine). Per turn the service writes the chat record (the "
         "user message, every assistant and tool message) and the run's durable events to SQLite, and its "
         "SSE streams read them back; the Agent Server keeps threads, runs and checkpoints in its process's "
-        "memory and streams from an in-process queue. Its uvicorn also runs on uvloop and httptools "
-        "(installed with `langgraph-api`), ctxpress's on asyncio and h11 -- part of the difference, not "
-        f"separated here. Busy: the Agent Server {used}, ctxpress {busy(ours):.0f}% (% of one core; the "
+        "memory and streams from an in-process queue. Both uvicorns run on uvloop and httptools (the "
+        "Agent Server's installed with `langgraph-api`, ctxpress's with its `server` extra). "
+        f"Busy: the Agent Server {used}, ctxpress {busy(ours):.0f}% (% of one core; the "
         f"machine's load average reached {busiest:.1f} on 2 cores, so no server had a core to itself and "
         "turns/s and latencies move by ±20% from round to round)."
         + (
