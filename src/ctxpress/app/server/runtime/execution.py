@@ -75,15 +75,6 @@ MAX_ERROR_CHARS = 2000
 StopReason = Literal["cancelled", "shutdown", "lease_lost"]
 
 
-@dataclass(frozen=True)
-class ClaimedRun:
-    """A run as the committed transaction that made it `running` here left it, with the id of its
-    newest event then (its `run_started`): the executor starts from these without reading them again."""
-
-    run: Run
-    newest_event_id: int
-
-
 @dataclass
 class ActiveRun:
     """A run executing in this process."""
@@ -95,8 +86,6 @@ class ActiveRun:
     stop_reason: StopReason | None = None
     #: The conversation owner's id (the per-user cap counts it); None when not known.
     user_id: str | None = None
-    #: What the claiming transaction knew of the run; None: the executor reads it.
-    claimed: ClaimedRun | None = None
 
 
 @dataclass(frozen=True)
@@ -152,15 +141,11 @@ class RunExecutor:
             await self._execute(active)
 
     async def _execute(self, active: ActiveRun) -> None:
-        # Its events so far (`run_started`, stored when it became running; a resumed run's earlier
-        # ones): the deltas to come are positioned after the newest.
-        if active.claimed is not None:
-            run: Run | None = active.claimed.run
-            newest_event_id = active.claimed.newest_event_id
-        else:
-            async with self.database.session() as session:
-                run = await RunRepository(session).get(active.run_id)
-                newest_event_id = await RunEventRepository(session).newest_id(active.run_id)
+        async with self.database.session() as session:
+            run = await RunRepository(session).get(active.run_id)
+            # Its events so far (`run_started`, stored when it became running; a resumed run's
+            # earlier ones): the deltas to come are positioned after the newest.
+            newest_event_id = await RunEventRepository(session).newest_id(active.run_id)
         if run is None or run.status != RUN_RUNNING or run.lease_owner != self.worker_id:
             return
         runtime = self.agents.get(run.agent_name)

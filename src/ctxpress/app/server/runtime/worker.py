@@ -33,7 +33,7 @@ from ctxpress.app.server.metrics import ServiceMetrics
 from ctxpress.app.server.repositories.runs import RunRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.events import EventLog
-from ctxpress.app.server.runtime.execution import ActiveRun, ClaimedRun, RunExecutor, run_started_data
+from ctxpress.app.server.runtime.execution import ActiveRun, RunExecutor, run_started_data
 from ctxpress.app.server.runtime.locks import try_conversation_lock
 from ctxpress.app.server.runtime.unanswered_calls import LEASE_EXPIRED_ERROR
 
@@ -118,23 +118,18 @@ class RunWorker:
         if self._reserved_by_user[user_id] <= 0:
             del self._reserved_by_user[user_id]
 
-    async def mark_started(self, session: AsyncSession, run: Run) -> ClaimedRun:
+    async def mark_started(self, session: AsyncSession, run: Run) -> None:
         """Make a run `running` here, with its `run_started` event in the same transaction: the event
-        is there (and on every stream) the moment the run is, before the executor does anything.
-        Pass what it returns to `launch` once the transaction has committed."""
+        is there (and on every stream) the moment the run is, before the executor does anything."""
         RunRepository.start(run, self.worker_id, self.lease_deadline())
         runtime = self.executor.agents.get(run.agent_name)
-        event_id = await self.events.append(
-            session, run.id, events.RUN_STARTED, run_started_data(run, runtime)
-        )
-        return ClaimedRun(run, event_id)
+        await self.events.append(session, run.id, events.RUN_STARTED, run_started_data(run, runtime))
 
-    def launch(self, claimed: ClaimedRun, user_id: str) -> None:
-        """Execute a run this worker has claimed (`mark_started`, committed; consumes a reserved slot)."""
+    def launch(self, run_id: str, conversation_id: str, user_id: str) -> None:
+        """Execute a run this worker has claimed (consumes a reserved slot)."""
         self._reserved_slots -= 1
         self._unreserve_user(user_id)
-        run_id = claimed.run.id
-        active = ActiveRun(run_id, claimed.run.conversation_id, user_id=user_id, claimed=claimed)
+        active = ActiveRun(run_id, conversation_id, user_id=user_id)
         self._active[run_id] = active
         self.metrics.runs_active.set(len(self._active))
         active.task = asyncio.create_task(self._execute(active), name=f"ctxpress-run-{run_id}")
@@ -243,18 +238,18 @@ class RunWorker:
             if not self.reserve_slot(user_id):
                 continue  # this user holds enough slots; another user's run may start
             try:
-                claimed = await self._claim_queue_head(conversation_id)
+                run_id = await self._claim_queue_head(conversation_id)
             except BaseException:
                 self.release_slot(user_id)
                 raise
-            if claimed is None:
+            if run_id is None:
                 self.release_slot(user_id)
                 continue
-            self.launch(claimed, user_id)
+            self.launch(run_id, conversation_id, user_id)
             started += 1
         return started
 
-    async def _claim_queue_head(self, conversation_id: str) -> ClaimedRun | None:
+    async def _claim_queue_head(self, conversation_id: str) -> str | None:
         async with (
             self.database.session() as session,
             try_conversation_lock(session, conversation_id) as locked,
@@ -268,7 +263,8 @@ class RunWorker:
             head = await runs.head_of_queue(conversation_id)
             if head is None:
                 return None
-            return await self.mark_started(session, head)
+            await self.mark_started(session, head)
+            return head.id
 
     async def heartbeat(self) -> None:
         run_ids = list(self._active)

@@ -34,7 +34,6 @@ from ctxpress.app.server.repositories.runs import BusyState, RunRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.agents import AgentRegistry
 from ctxpress.app.server.runtime.events import EventLog
-from ctxpress.app.server.runtime.execution import ClaimedRun
 from ctxpress.app.server.runtime.locks import (
     LockedConversation,
     compressing_refusal,
@@ -62,8 +61,6 @@ class Intake:
     #: "running" | "waiting_input" | "queued" (conversation busy), "workers_busy" (no free slot) or
     #: "user_run_limit" (the user's share of the slots is taken).
     queued_because: str | None
-    #: Started: what the worker executes (`RunWorker.launch`).
-    claimed: ClaimedRun | None = None
 
 
 @dataclass
@@ -117,8 +114,8 @@ class RunService:
             if slot.held:
                 self.worker.release_slot(user.id)
             raise
-        if intake.claimed is not None:  # committed as started: it runs here
-            self.worker.launch(intake.claimed, user.id)
+        if intake.started:  # committed as started: it runs here
+            self.worker.launch(intake.run.id, conversation_id, user.id)
         else:
             self.worker.nudge(queued=True)
         return intake
@@ -173,7 +170,8 @@ class RunService:
             await ConversationRepository(session).title_if_untitled(conversation_id, title)
         slot.held = busy is None and self.worker.reserve_slot(user.id)
         if slot.held:
-            return Intake(run, True, None, None, await self.worker.mark_started(session, run))
+            await self.worker.mark_started(session, run)
+            return Intake(run, True, None, None)
         position = await runs.queue_position(run)
         queued_because = busy.reason if busy else self._why_no_slot(user.id)
         await self.events.append(
@@ -189,7 +187,6 @@ class RunService:
         run = await self.get_owned(user, run_id)
         async with self.database.session() as session:
             slot_reserved = False
-            claimed: ClaimedRun | None = None
             try:
                 async with conversation_lock(session, run.conversation_id):
                     runs = RunRepository(session)
@@ -210,7 +207,7 @@ class RunService:
                     current.interrupts = None
                     slot_reserved = self.worker.reserve_slot(user.id)
                     if slot_reserved:
-                        claimed = await self.worker.mark_started(session, current)
+                        await self.worker.mark_started(session, current)
                     else:
                         current.status = RUN_QUEUED  # still first of its conversation's queue
                     run = current
@@ -218,8 +215,8 @@ class RunService:
                 if slot_reserved:
                     self.worker.release_slot(user.id)
                 raise
-        if claimed is not None:
-            self.worker.launch(claimed, user.id)
+        if slot_reserved:
+            self.worker.launch(run.id, run.conversation_id, user.id)
         else:
             self.worker.nudge(queued=True)
         return run
