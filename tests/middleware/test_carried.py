@@ -82,6 +82,42 @@ def request_text(request: list[BaseMessage]) -> str:
 CONFIG = CompressionConfig(summary_threshold=3, summary_keep_messages=6, summary_tool_result_token_limit=300)
 
 
+def long_question(constraints: int) -> str:
+    """A request with `constraints` numbered constraints (about 18 tokens each)."""
+    return (
+        "Fix the failing test in tests/test_parser.py without changing src/parser.py's public API. "
+        + " ".join(
+            f"Constraint {n}: field_{n:03d} must stay at offset {n * 8} bytes." for n in range(constraints)
+        )
+        + " END-OF-REQUEST"
+    )
+
+
+def long_system_prompt(rules: int) -> str:
+    return "You fix bugs. " + " ".join(f"Rule {n}: keep the diff minimal." for n in range(rules))
+
+
+def swe_run(
+    workdir: LocalWorkdir, checkpointer: Any, system_prompt: str, question: str
+) -> tuple[ScriptedChatModel, ContextCompressionMiddleware, Any]:
+    """The SWE-shaped turn (`swe_script`) under `system_prompt`, asked `question`, run to its end."""
+    model = ScriptedChatModel(script=swe_script(CALLS))
+    middleware = ContextCompressionMiddleware(CONFIG, workdir=workdir, summary_model=ScriptedChatModel())
+    agent = create_agent(
+        model, [read_source], system_prompt=system_prompt, middleware=[middleware], checkpointer=checkpointer
+    )
+    agent.invoke({"messages": [HumanMessage(content=question)]}, THREAD)
+    return model, middleware, agent
+
+
+def under_threshold(middleware: ContextCompressionMiddleware, request: list[BaseMessage]) -> bool:
+    """Whether the request the model received (system prompt first) is below the threshold."""
+    counter = middleware.token_counter
+    return (
+        counter.count_request(request[1:], request[0], None, CONFIG.token_profile) < CONFIG.threshold_tokens
+    )
+
+
 def test_s14_current_question_survives_many_summaries(workdir: LocalWorkdir, checkpointer: Any) -> None:
     model = ScriptedChatModel(script=swe_script(CALLS))
     agent = build(model, workdir, checkpointer, CONFIG)
@@ -170,13 +206,8 @@ def test_every_compressed_fact_is_one_read_away(workdir: LocalWorkdir, checkpoin
 
 #: A question of about 480 tokens: within its own budget (a quarter of the threshold) and within
 #: the room the request leaves, but more than half of that room.
-LONG_QUESTION = (
-    "Fix the failing test in tests/test_parser.py without changing src/parser.py's public API. "
-    + " ".join(f"Constraint {n}: field_{n:03d} must stay at offset {n * 8} bytes." for n in range(26))
-    + " END-OF-REQUEST"
-)
-#: A system prompt that leaves the summary little headroom below the threshold.
-LONG_SYSTEM_PROMPT = "You fix bugs. " + " ".join(f"Rule {n}: keep the diff minimal." for n in range(90))
+LONG_QUESTION = long_question(26)
+LONG_SYSTEM_PROMPT = long_system_prompt(90)
 
 
 def test_s14_question_that_fits_the_free_room_is_quoted_whole(
@@ -185,16 +216,7 @@ def test_s14_question_that_fits_the_free_room_is_quoted_whole(
     """The quote may take all the room the request leaves (the next exchange already reserved),
     not only the margin the list of earlier files is bounded by: a question that fits whole is
     never cut."""
-    model = ScriptedChatModel(script=swe_script(CALLS))
-    middleware = ContextCompressionMiddleware(CONFIG, workdir=workdir, summary_model=ScriptedChatModel())
-    agent = create_agent(
-        model,
-        [read_source],
-        system_prompt=LONG_SYSTEM_PROMPT,
-        middleware=[middleware],
-        checkpointer=checkpointer,
-    )
-    agent.invoke({"messages": [HumanMessage(content=LONG_QUESTION)]}, THREAD)
+    model, middleware, agent = swe_run(workdir, checkpointer, LONG_SYSTEM_PROMPT, LONG_QUESTION)
 
     event = agent.get_state(THREAD).values[EVENT_KEY]
     assert event["summary_count"] >= 2, "the premise: summaries passed the question"
@@ -202,10 +224,7 @@ def test_s14_question_that_fits_the_free_room_is_quoted_whole(
     assert summarised, "the premise: requests after a summary"
     for request in summarised:
         assert LONG_QUESTION in request_text(request)
-        assert (
-            middleware.token_counter.count_request(request[1:], request[0], None, CONFIG.token_profile)
-            < CONFIG.threshold_tokens
-        ), "the quote never keeps a request over the threshold"
+        assert under_threshold(middleware, request), "the quote never keeps a request over the threshold"
     # The next exchange is reserved before the quote takes its room: a fresh summary is never
     # followed by another at the very next call.
     shown = [content_text(request[1].content) for request in summarised]
@@ -260,16 +279,7 @@ def test_s14_overflowing_file_list_still_names_the_files_that_fit(
 def test_s14_whole_question_leaves_room_for_the_file_list(workdir: LocalWorkdir, checkpointer: Any) -> None:
     """A question quoted whole past the files' share of the free room does not push the list of
     earlier files out: the list takes its share of what the question leaves."""
-    model = ScriptedChatModel(script=swe_script(CALLS))
-    middleware = ContextCompressionMiddleware(CONFIG, workdir=workdir, summary_model=ScriptedChatModel())
-    agent = create_agent(
-        model,
-        [read_source],
-        system_prompt=LONG_SYSTEM_PROMPT,
-        middleware=[middleware],
-        checkpointer=checkpointer,
-    )
-    agent.invoke({"messages": [HumanMessage(content=LONG_QUESTION)]}, THREAD)
+    model, _, _ = swe_run(workdir, checkpointer, LONG_SYSTEM_PROMPT, LONG_QUESTION)
 
     summaries = [
         content_text(message.content)
@@ -286,12 +296,8 @@ def test_s14_whole_question_leaves_room_for_the_file_list(workdir: LocalWorkdir,
 
 #: A question within its own budget (a quarter of the threshold) that the room beside the summary,
 #: the system prompt and `summary_keep_messages` kept messages cannot hold.
-ROOMLESS_QUESTION = (
-    "Fix the failing test in tests/test_parser.py without changing src/parser.py's public API. "
-    + " ".join(f"Constraint {n}: field_{n:03d} must stay at offset {n * 8} bytes." for n in range(30))
-    + " END-OF-REQUEST"
-)
-ROOMLESS_SYSTEM_PROMPT = "You fix bugs. " + " ".join(f"Rule {n}: keep the diff minimal." for n in range(150))
+ROOMLESS_QUESTION = long_question(30)
+ROOMLESS_SYSTEM_PROMPT = long_system_prompt(150)
 
 
 def test_s14_question_is_quoted_whole_by_keeping_fewer_messages(
@@ -300,16 +306,7 @@ def test_s14_question_is_quoted_whole_by_keeping_fewer_messages(
     """When the system prompt, the summary and the kept messages leave too little room for the
     question the summary passes, the summary keeps fewer messages (S14 keeps them "preferably")
     instead of cutting the question: the current request is never lost."""
-    model = ScriptedChatModel(script=swe_script(CALLS))
-    middleware = ContextCompressionMiddleware(CONFIG, workdir=workdir, summary_model=ScriptedChatModel())
-    agent = create_agent(
-        model,
-        [read_source],
-        system_prompt=ROOMLESS_SYSTEM_PROMPT,
-        middleware=[middleware],
-        checkpointer=checkpointer,
-    )
-    agent.invoke({"messages": [HumanMessage(content=ROOMLESS_QUESTION)]}, THREAD)
+    model, middleware, agent = swe_run(workdir, checkpointer, ROOMLESS_SYSTEM_PROMPT, ROOMLESS_QUESTION)
 
     summarised = [r for r in model.requests if any(is_summary_message(m) for m in r)]
     assert summarised, "the premise: requests after a summary"
@@ -318,10 +315,7 @@ def test_s14_question_is_quoted_whole_by_keeping_fewer_messages(
     for request in summarised:
         assert_provider_valid(request[1:])
         assert ROOMLESS_QUESTION in request_text(request)
-        assert (
-            middleware.token_counter.count_request(request[1:], request[0], None, CONFIG.token_profile)
-            < CONFIG.threshold_tokens
-        )
+        assert under_threshold(middleware, request)
     # Every summarised message is in the history file the latest summary names (nothing lost).
     event = agent.get_state(THREAD).values[EVENT_KEY]
     _, history = read_history(workdir, event["file_path"])
