@@ -19,7 +19,7 @@ code runs per character.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from ctxpress.tokens.class_counts import (
     NUMPY_CLASS_COUNTS,
@@ -151,15 +151,26 @@ def assemble_features(text: str, data: bytes, counts: Sequence[int], runs: Seque
         kana_hangul = kana_and_symbols - cjk_symbols
         other_bmp = other_and_full_width - full_width
         ascii_chars = len(text) - two_byte - three_byte - astral
+    escapes = data.count(b"\\u") if b"\\" in data else 0
+    ascii_counts = (ascii_chars, digits, spaces, newlines, punct)
+    return in_feature_order(
+        (han, cjk_punct, kana_hangul, other_bmp, two_byte, astral), ascii_counts, runs, escapes
+    )
+
+
+def in_feature_order(
+    wide: Sequence[Any], ascii_counts: Sequence[Any], runs: Sequence[Any], escapes: Any
+) -> tuple[Any, ...]:
+    """The features in FEATURE_NAMES order -- ints for one text, numpy columns for a batch
+    (`features_batch`). `wide`: han, CJK punctuation, kana/hangul, other BMP, two-byte, astral;
+    `ascii_counts`: all ASCII characters, digits, spaces, newlines, punctuation (letters are the
+    rest); `runs`: `RUNS_COUNTED`'s run counts; `escapes`: the `\\u` of JSON escapes."""
+    ascii_chars, digits, spaces, newlines, punct = ascii_counts
     letter_runs, digit_runs, punct_runs, space_runs, newline_runs = runs
+    letters = ascii_chars - digits - spaces - newlines - punct
     return (
-        han,
-        cjk_punct,
-        kana_hangul,
-        other_bmp,
-        two_byte,
-        astral,
-        ascii_chars - digits - spaces - newlines - punct,
+        *wide,
+        letters,
         letter_runs,
         digits,
         digit_runs,
@@ -169,5 +180,5 @@ def assemble_features(text: str, data: bytes, counts: Sequence[int], runs: Seque
         space_runs,
         newlines,
         newline_runs,
-        data.count(b"\\u") if b"\\" in data else 0,
+        escapes,
     )

@@ -22,6 +22,7 @@ from ctxpress.tokens.features import (
     CLASS_TABLE,
     NUMPY_MIN_BYTES,
     RUNS_COUNTED,
+    in_feature_order,
     text_features,
 )
 
@@ -107,25 +108,16 @@ def _numpy_texts_features() -> TextsFeatures | None:
         full_width = full_width_low + full_width_high
         three_byte = (sizes - chars - two_byte - 3 * astral) // 2
         ascii_chars = chars - two_byte - three_byte - astral
-        columns = (
+        wide = (
             three_byte - kana_and_symbols - other_and_full_width,  # han
             cjk_symbols + full_width,  # cjk_punct
             kana_and_symbols - cjk_symbols,  # kana_hangul
             other_and_full_width - full_width,  # other_bmp
             two_byte,
             astral,
-            ascii_chars - digits - spaces - newlines - punct,  # letters
-            letter_runs,
-            digits,
-            digit_runs,
-            punct,
-            punct_runs,
-            spaces,
-            space_runs,
-            newlines,
-            newline_runs,
-            escapes,
         )
+        runs = (letter_runs, digit_runs, punct_runs, space_runs, newline_runs)
+        columns = in_feature_order(wide, (ascii_chars, digits, spaces, newlines, punct), runs, escapes)
         return list(map(tuple, np.stack(columns, axis=1).tolist()))
 
     return numpy_texts_features
