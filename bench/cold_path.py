@@ -24,34 +24,11 @@ from langchain_core.messages.utils import count_tokens_approximately
 
 from common import Reloader, Thread, build_thread
 from ctxpress.tokens import TokenCounter, features_batch
-from ctxpress.tokens import features as features_module
 from ctxpress.tokens.class_counts import NUMPY_CLASS_COUNTS, pure_class_counts
 from ctxpress.tokens.features import features_of
+from middleware_overhead import cold_count
 
 RUNS = 15
-
-
-def lengths(texts: Sequence[str]) -> list[int]:
-    return list(map(len, texts))
-
-
-def cold_count(thread: Thread, messages: list[BaseMessage], scan: str) -> Callable[[], object]:
-    """A first count of `messages` with `scan`: "numpy" (as installed), "pure" or "len"."""
-    counter = TokenCounter()
-    if scan == "len":
-        cache = counter._caches("default")[0]
-        cache.count_text, cache.count_texts = len, lengths
-
-    def run() -> None:
-        saved = features_module.NUMPY_CLASS_COUNTS, features_batch.NUMPY_TEXTS_FEATURES
-        if scan == "pure":
-            features_module.NUMPY_CLASS_COUNTS, features_batch.NUMPY_TEXTS_FEATURES = None, None
-        try:
-            counter.count_request(messages, thread.system, thread.tools, immutable_messages=True)
-        finally:
-            features_module.NUMPY_CLASS_COUNTS, features_batch.NUMPY_TEXTS_FEATURES = saved
-
-    return run
 
 
 def encode_contents(messages: list[BaseMessage]) -> None:

@@ -403,9 +403,13 @@ def diagnose(thread: Thread, root: Path, runs: Runs) -> Diagnosis:
 
 
 def _cold_count(bench: Bench, scan: str) -> Callable[[], object]:
-    """One whole-request count of new objects by a fresh counter, with the scan `scan`: "numpy"
-    (as installed), "pure" (numpy's paths off: the fallback) or "len" (no scan at all)."""
-    messages, counter, thread = bench.reloader.load(), TokenCounter(), bench.thread
+    return cold_count(bench.thread, bench.reloader.load(), scan)
+
+
+def cold_count(thread: Thread, messages: list[BaseMessage], scan: str) -> Callable[[], object]:
+    """One whole-request count of `messages` (new objects) by a fresh counter, with the scan `scan`:
+    "numpy" (as installed), "pure" (numpy's paths off: the fallback) or "len" (no scan at all)."""
+    counter = TokenCounter()
     if scan == "len":
         cache = counter._caches("default")[0]
         cache.count_text, cache.count_texts = len, map_len
