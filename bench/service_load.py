@@ -80,7 +80,7 @@ from ctxpress.app.server.runtime.agents import thread_config
 from ctxpress.app.server.runtime.checkpoint_pruning import prune_thread, thread_storage
 from ctxpress.app.server.runtime.container import open_services
 from ctxpress.app.server.settings import Settings
-from ctxpress.app.testing.api import read_events, send
+from ctxpress.app.testing.api import SseLines, read_events, send
 from ctxpress.app.testing.postgres import PostgresUnavailableError, scratch_postgres_database
 from ctxpress.app.testing.processes import SERVE_COMMAND, ServiceProcess, create_user
 from profiled import by_package
@@ -287,18 +287,13 @@ async def follow_run(client: httpx.AsyncClient, turn: Turn, started: float) -> N
                 if response.status_code != 200:
                     turn.errors.append(f"events: HTTP {response.status_code}")
                     return
-                fields: dict[str, str] = {}
+                lines = SseLines()
                 async for line in response.aiter_lines():
                     turn.received += len(line.encode())
-                    if line == "":
-                        if "event" in fields:
-                            last_id = fields["id"]
-                            elapsed = time.perf_counter() - started
-                            _on_event(turn, fields["event"], fields.get("data", "{}"), elapsed)
-                        fields = {}
-                    elif not line.startswith(":"):
-                        name, _, value = line.partition(":")
-                        fields[name] = value[1:] if value.startswith(" ") else value
+                    if (fields := lines.feed(line)) is not None:
+                        last_id = fields["id"]
+                        elapsed = time.perf_counter() - started
+                        _on_event(turn, fields["event"], fields.get("data", "{}"), elapsed)
         except httpx.HTTPError as exc:
             turn.errors.append(f"stream broken ({type(exc).__name__})")
             continue
@@ -588,17 +583,12 @@ async def follow_agent_server_run(
             if response.status_code != 200:
                 turn.errors.append(f"runs/stream: HTTP {response.status_code}")
                 return
-            fields: dict[str, str] = {}
+            lines = SseLines()
             async for line in response.aiter_lines():
                 turn.received += len(line.encode())
-                if line == "":
-                    if "event" in fields:
-                        elapsed = time.perf_counter() - started
-                        _on_agent_server_event(turn, fields["event"], fields.get("data", "null"), elapsed)
-                    fields = {}
-                elif not line.startswith(":"):
-                    name, _, value = line.partition(":")
-                    fields[name] = value[1:] if value.startswith(" ") else value
+                if (fields := lines.feed(line)) is not None:
+                    elapsed = time.perf_counter() - started
+                    _on_agent_server_event(turn, fields["event"], fields.get("data", "null"), elapsed)
     except httpx.HTTPError as exc:
         turn.errors.append(f"stream broken ({type(exc).__name__})")
         return

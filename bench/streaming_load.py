@@ -36,6 +36,7 @@ from redis import Redis
 
 from common import REPO_ROOT, bench_parser, percentile, ratio, table, update_docs
 from ctxpress.app.server.settings import Settings
+from ctxpress.app.testing.api import SseLines
 from ctxpress.app.testing.processes import SERVE_COMMAND, ServiceProcess, create_user
 from service_load import (
     LOAD_TEXTS,
@@ -199,19 +200,12 @@ async def stream_turn(
         headers = {"Last-Event-ID": last_id} if last_id else {}
         try:
             async with reader.stream("GET", f"/api/runs/{turn.run_id}/events", headers=headers) as stream:
-                fields: dict[str, str] = {}
+                lines = SseLines()
                 async for line in stream.aiter_lines():
-                    if line == "":
-                        if "event" in fields:
-                            last_id = fields["id"]
-                            turn.ids.append(last_id)
-                            _on_stream_event(
-                                turn, fields["event"], fields["data"], time.perf_counter() - started
-                            )
-                        fields = {}
-                    elif not line.startswith(":"):
-                        name, _, value = line.partition(":")
-                        fields[name] = value[1:] if value.startswith(" ") else value
+                    if (fields := lines.feed(line)) is not None:
+                        last_id = fields["id"]
+                        turn.ids.append(last_id)
+                        _on_stream_event(turn, fields["event"], fields["data"], time.perf_counter() - started)
             return conversation
         except httpx.HTTPError as exc:
             turn.errors.append(f"stream broken ({type(exc).__name__}), resumed")

@@ -27,17 +27,30 @@ class SseEvent:
         return position
 
 
+class SseLines:
+    """An SSE stream's lines gathered into events, for readers that look at each line as well."""
+
+    def __init__(self) -> None:
+        self._fields: dict[str, str] = {}
+
+    def feed(self, line: str) -> dict[str, str] | None:
+        """The fields of an event (`event`, `id`, `data`) when `line` is the blank line that ends
+        one, else None (comments, such as pings, are skipped)."""
+        if line == "":
+            fields, self._fields = self._fields, {}
+            return fields if "event" in fields else None
+        if not line.startswith(":"):
+            name, _, value = line.partition(":")
+            self._fields[name] = value[1:] if value.startswith(" ") else value
+        return None
+
+
 def iter_events(response: httpx.Response) -> Iterator[SseEvent]:
     """The events of an open SSE response, as they arrive."""
-    fields: dict[str, str] = {}
+    lines = SseLines()
     for line in response.iter_lines():
-        if line == "":
-            if "event" in fields:
-                yield SseEvent(fields["id"], fields["event"], json.loads(fields["data"]))
-            fields = {}
-        elif not line.startswith(":"):
-            name, _, value = line.partition(":")
-            fields[name] = value[1:] if value.startswith(" ") else value
+        if (fields := lines.feed(line)) is not None:
+            yield SseEvent(fields["id"], fields["event"], json.loads(fields["data"]))
 
 
 def read_events(
