@@ -21,6 +21,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, MessagesState, StateGraph
 from pydantic import BaseModel
 
+from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.runtime.checkpoint_serde import CheckpointSerializer
 from ctxpress.app.server.runtime.checkpoints import (
     ServicePostgresSaver,
@@ -28,9 +29,12 @@ from ctxpress.app.server.runtime.checkpoints import (
     one_checkpoint_read,
     open_checkpointer,
 )
+from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
 from ctxpress.tools.traces import iter_conversations
+from tests.fakes import ScriptedChatModel
 
-from .conftest import SettingsFactory
+from .conftest import ServerFactory, SettingsFactory
+from .fakes import echo_script
 
 
 class _Note(BaseModel):
@@ -173,3 +177,46 @@ async def test_s19_checkpoint_read_once_within_the_scope_and_always_outside(
         fresh = await graph.aget_state(config)  # the scope is gone: the database has the update
         assert [m.id for m in fresh.values["messages"]] == [m.id for m in after.values["messages"]]
         assert reads.count == 3
+
+
+def _database_saver_class(backend: str) -> type[Any]:
+    """The saver class below `_ScopedReads` for the backend (where reads reach the database)."""
+    saver_class = ServiceSqliteSaver if backend == "sqlite" else ServicePostgresSaver
+    return saver_class.__mro__[2]
+
+
+def test_a_run_reads_its_checkpoint_from_the_database_once(
+    start_server: ServerFactory, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run reads the thread's latest checkpoint once: its start (calls left open, unsaved steps)
+    and the graph's own first read share it, and the end reads the state again only when the stream
+    said the run is waiting for an answer (`__interrupt__`); the interrupt tests check that path."""
+    server = start_server(
+        agents=[
+            AgentDefinition(
+                name="echo", model=ModelSpec(model=ScriptedChatModel(script=echo_script)), capabilities=()
+            )
+        ]
+    )
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+    first = send(alice, conversation_id, "第一个问题")
+    read_events(alice, first["run"]["id"])
+    wait_for_status(alice, first["run"]["id"], {"succeeded"})
+
+    database_class = _database_saver_class(backend)
+    real = database_class.aget_tuple
+    reads: list[str] = []
+
+    async def counting(this: Any, config: Any) -> Any:
+        reads.append(str(config["configurable"].get("checkpoint_ns") or ""))
+        return await real(this, config)
+
+    monkeypatch.setattr(database_class, "aget_tuple", counting)
+    second = send(alice, conversation_id, "第二个问题")
+    events = read_events(alice, second["run"]["id"])
+    assert events[-1].type == "run_finished" and events[-1].data["status"] == "succeeded"
+    wait_for_status(alice, second["run"]["id"], {"succeeded"})
+    assert reads == [""]
+    messages = alice.get(f"/api/conversations/{conversation_id}/messages").json()["items"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]

@@ -40,12 +40,14 @@ from ctxpress.app.server.repositories.usage import UsageRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.agents import AgentRegistry, AgentRuntime, thread_config
 from ctxpress.app.server.runtime.checkpoint_pruning import prune_quietly
+from ctxpress.app.server.runtime.checkpoints import one_checkpoint_read
 from ctxpress.app.server.runtime.delta_stream import DeltaStream
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.locks import conversation_lock
 from ctxpress.app.server.runtime.partial_reply import PartialReply
 from ctxpress.app.server.runtime.pressure_recording import record_pressure_event
 from ctxpress.app.server.runtime.stream_mapping import (
+    INTERRUPT_UPDATE_KEY,
     MappedItem,
     OutgoingEvent,
     RecordedMessage,
@@ -217,8 +219,6 @@ class RunExecutor:
         partial: PartialReply,
     ) -> Outcome:
         mapper = StreamMapper(tool_result_preview_chars=self.tool_result_preview_chars)
-        graph_input = await self._start(run, runtime, mapper)
-        self.metrics.first_event.observe(_seconds_since(run.created_at))
         compression_started: dict[str, float] = {}
 
         def on_delta(data: dict[str, Any]) -> None:  # live only, coalesced
@@ -226,21 +226,31 @@ class RunExecutor:
             partial.add(data)
 
         tapped: RunnableConfig = {**config, "callbacks": [collector, TokenTap(on_delta)]}
-        async for namespace, mode, data in runtime.graph.astream(
-            graph_input, tapped, stream_mode=STREAM_MODES, subgraphs=True, durability=DURABILITY
-        ):
-            stored: list[MappedItem] = []
-            for item in mapper.map(tuple(namespace), str(mode), data):
-                if isinstance(item, OutgoingEvent) and item.type == events.CONTEXT_COMPRESSION:
-                    self._observe_compression(item.data, compression_started)
-                if isinstance(item, RecordedMessage):
-                    partial.settled(item.message.id)
-                stored.append(item)
-            # A node's messages and its model call's usage (after them) in one transaction.
-            drafts = collector.drain() if mode == "updates" else []
-            if stored or drafts:
-                deltas.flush()  # the deltas so far go before these events
-                await self._store(run, stored, drafts)
+        interrupted = False
+        # The run holds the conversation's lock (S18): nothing else writes this thread's checkpoint,
+        # so `_start`'s read of it also answers the graph's first read (any write forgets it).
+        with one_checkpoint_read():
+            graph_input = await self._start(run, runtime, mapper)
+            self.metrics.first_event.observe(_seconds_since(run.created_at))
+            async for namespace, mode, data in runtime.graph.astream(
+                graph_input, tapped, stream_mode=STREAM_MODES, subgraphs=True, durability=DURABILITY
+            ):
+                interrupted = interrupted or _announces_interrupt(mode, data)
+                stored: list[MappedItem] = []
+                for item in mapper.map(tuple(namespace), str(mode), data):
+                    if isinstance(item, OutgoingEvent) and item.type == events.CONTEXT_COMPRESSION:
+                        self._observe_compression(item.data, compression_started)
+                    if isinstance(item, RecordedMessage):
+                        partial.settled(item.message.id)
+                    stored.append(item)
+                # A node's messages and its model call's usage (after them) in one transaction.
+                drafts = collector.drain() if mode == "updates" else []
+                if stored or drafts:
+                    deltas.flush()  # the deltas so far go before these events
+                    await self._store(run, stored, drafts)
+        if not interrupted:
+            return Outcome(RUN_SUCCEEDED)
+        # The questions (and their ids) as the checkpoint keeps them, the ones of sub-agents included.
         state = await runtime.graph.aget_state(thread_config(run.conversation_id))
         interrupts = [{"id": pending.id, "value": to_jsonable(pending.value)} for pending in state.interrupts]
         return Outcome(RUN_WAITING_INPUT, interrupts=interrupts) if interrupts else Outcome(RUN_SUCCEEDED)
@@ -379,6 +389,11 @@ class RunExecutor:
             await self.events.append(
                 session, run.id, events.RUN_FINISHED, {"status": outcome.status, "error": outcome.error}
             )
+
+
+def _announces_interrupt(mode: str, data: Any) -> bool:
+    """LangGraph's `updates` stream names a run stopped by `interrupt()` (in any graph) `__interrupt__`."""
+    return mode == "updates" and isinstance(data, dict) and INTERRUPT_UPDATE_KEY in data
 
 
 def _written_by_unsaved_steps(state: StateSnapshot) -> list[BaseMessage]:

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, ToolMessage
 
 from ctxpress import events as library_events
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.serialization import to_jsonable
+
+#: The key under which LangGraph's `updates` stream reports a run stopped by `interrupt()`.
+INTERRUPT_UPDATE_KEY: Final = "__interrupt__"
 
 Namespace = tuple[str, ...]
 #: Custom stream payloads `{"type": <one of these>, …}` become the SSE event of that name, fields unchanged.
@@ -68,8 +71,8 @@ class StreamMapper:
             return []
         items: list[MappedItem] = []
         for node, update in data.items():
-            if node == "__interrupt__":
-                continue  # interrupts are read from the state when the stream ends
+            if node == INTERRUPT_UPDATE_KEY:
+                continue  # interrupts are read from the state when the stream ends (`execution.py`)
             for message in _messages_in(update):
                 items.extend(self._map_message(namespace, node, message))
         return items
