@@ -81,6 +81,15 @@ def test_quantities_need_a_unit_or_a_currency_sign() -> None:
     assert found["quantity"] == {"$1,200", "300元", "2 小时", "45.5 MB", "12%", "3 s", "$375"}
 
 
+def test_a_number_and_a_unit_on_different_lines_are_no_quantity() -> None:
+    """A unit belongs to the number before it on the same line: a column of values (`9` then a
+    line `B`, as tool-call arguments joined one per line read) is not `9 B`; a long number followed
+    by such a line stays an identifier."""
+    found = kinds("scores\n5\n9\nB\n3\norder 20231104\nkm\nsize 9 B")
+    assert found["quantity"] == {"9 B"}
+    assert "20231104" in found["identifier"]
+
+
 def test_error_lines_are_whole_stripped_lines() -> None:
     text = 'Traceback (most recent call last):\n  File "x.py", line 3\n    ValueError: bad value\n编译失败：找不到文件\nok'
     assert kinds(text)["error"] == {

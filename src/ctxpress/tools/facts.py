@@ -28,7 +28,7 @@ ones, so `src/app/v2/main.py` is one path, not a path plus an identifier `v2`):
    (Words like `sha256` pass the code rule too: the rule has no dictionary.) Nothing right after a
    backslash is an identifier (`\u00e9a` is an escape, not a code).
 4. `quantity` -- a number with a unit: a currency sign before it (`$`, `¥`, `€`, `£`) or a unit
-   after it, optionally after one space (`%`, time, size, tokens, counts, money and Chinese
+   after it, optionally after one space on the same line (`%`, time, size, tokens, counts, money and Chinese
    measure words such as `元`, `个`, `小时`, `公里`; the list is `QUANTITY_UNITS`).
 5. `error` -- a line holding an error word: an exception class name (`ValueError`,
    `KeyError: 'x'`), `Exception`, `Traceback`, `error:` / `Error:` / `ERROR`, `FAILED`, `fatal:`,
@@ -99,11 +99,14 @@ QUANTITY_UNITS = (
     "items?|times|x|×|USD|EUR|CNY|RMB|dollars?|euros?|kg|g|km|mi|miles?|cm|mm|°C|°F|"
     "元|美元|块|万|亿|个|条|次|天|小时|分钟|秒|年|月|日|号|人|间|晚|公里|公斤|千克|克|件|张|岁|页|行|折|倍"
 )
+#: What may stand between a number and its unit: one space on the same line (a unit on the next
+#: line belongs to something else: values listed one per line are not quantities).
+_UNIT_GAP = r"[ \t\u00a0]?"
 _LONG_DIGITS = re.compile(
-    rf"(?<![{_W}.,])\d{{6,}}(?![{_W}]|[.,]\d)(?!\s?(?:{QUANTITY_UNITS})(?![A-Za-z0-9_]))"
+    rf"(?<![{_W}.,])\d{{6,}}(?![{_W}]|[.,]\d)(?!{_UNIT_GAP}(?:{QUANTITY_UNITS})(?![A-Za-z0-9_]))"
 )
 _QUANTITY = re.compile(
-    rf"(?<![{_W}.#/:])(?:[$¥€£]\d(?:[\d,]*\d)?(?:\.\d+)?|\d(?:[\d,]*\d)?(?:\.\d+)?\s?(?:{QUANTITY_UNITS})(?![A-Za-z0-9_]))"
+    rf"(?<![{_W}.#/:])(?:[$¥€£]\d(?:[\d,]*\d)?(?:\.\d+)?|\d(?:[\d,]*\d)?(?:\.\d+)?{_UNIT_GAP}(?:{QUANTITY_UNITS})(?![A-Za-z0-9_]))"
 )
 _ERROR_WORD = re.compile(
     r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception)\b|\bException\b|\bTraceback\b|\b(?:error|Error|ERROR)\b\s*:|"
