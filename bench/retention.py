@@ -70,6 +70,8 @@ from common import (
 )
 from ctxpress.app.testing.real_tokenizers import load_real_tokenizer
 from ctxpress.config import TOKENS_PER_K
+from ctxpress.summary.event import is_summary_message
+from ctxpress.summary.history import is_conversation_file
 from ctxpress.tools.facts import message_facts, message_text
 from l1_savings import Costs, RealMeter
 
@@ -199,17 +201,25 @@ class FileView:
         self.name = name
         self.root = root
         self._summaries_so_far: list[int] = []
+        #: ctxpress: how many messages its conversation file held at each call (each summary
+        #: rewrites it with every message before its cutoff, where the request's kept part begins).
+        self._conversation_sizes: list[int] = []
         self._texts: dict[Path, str | None] = {}
         count = 0
+        positions = {message.id: j for j, message in enumerate(replay.state_messages)}
         for call in replay.calls:
             count += call.level == "summary"
             self._summaries_so_far.append(count)
+            summarised = len(call.sent) > 1 and is_summary_message(call.sent[0])
+            self._conversation_sizes.append(positions.get(call.sent[1].id, 0) if summarised else 0)
 
     def text(self, path: str, call_index: int) -> tuple[Path, str] | None:
         if self.name == "langchain":
             return None
         file = self.root / path.strip("/").rstrip(".")
-        if file not in self._texts:  # read after the replay: ctxpress' files never change
+        # Read after the replay: ctxpress' files never change, but for its conversation file,
+        # which only grows (cut back to its size at the call below).
+        if file not in self._texts:
             # As stored: `read_text` would turn "\r\n" into "\n", and a stored result would no
             # longer hold its own text.
             self._texts[file] = (
@@ -221,6 +231,9 @@ class FileView:
         if self.name == "deepagents":  # one file per session, a section appended per summary
             sections = text.split(DEEPAGENTS_SECTION)
             text = DEEPAGENTS_SECTION.join(sections[: 1 + self._summaries_so_far[call_index]])
+        elif is_conversation_file(path.strip("/")):  # its header, then one line per message
+            lines = text.split("\n")
+            text = "\n".join(lines[: 1 + self._conversation_sizes[call_index]])
         return file, text
 
 

@@ -148,12 +148,14 @@ async def compress_now(
     )
     if not outcome.ok:
         raise ManualCompressionError(FailedPart.SUMMARY, f"the summary model failed: {outcome.error}")
-    file_path, write_error = await asyncio.to_thread(save_history, workdir, plan)
-    if write_error:
-        raise ManualCompressionError(FailedPart.HISTORY, f"could not save the history file: {write_error}")
+    saved = await asyncio.to_thread(save_history, workdir, plan)
+    if saved.write_error:
+        raise ManualCompressionError(
+            FailedPart.HISTORY, f"could not save the history file: {saved.write_error}"
+        )
     step = finish_summary(
         plan,
-        SavedSummary(file_path, None, outcome),
+        SavedSummary(saved.file_path, None, outcome, saved.conversation_file),
         lambda view: config.threshold_tokens - counter.count_request(view, system_message, tools, profile),
     )
     tokens_after = next_request_tokens(messages, step.event, system_message, tools, config, counter)

@@ -3,7 +3,8 @@
 - the current question: one user request followed by many large tool calls (the SWE-agent /
   OpenHands shape) -- after several summaries (S14) every model request still holds its text;
 - one-read reachability: every fact of a compressed message is in the request, or in a file whose
-  path the request names, read once (S7 offloads, S14 history files).
+  path the request names, read once (S7 offloads, S14 history files and the thread's conversation
+  file; without the conversation file, the list of earlier files).
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import tool
@@ -21,8 +24,8 @@ from ctxpress import CompressionConfig, ContextCompressionMiddleware, LocalWorkd
 from ctxpress.compaction.content import content_text
 from ctxpress.summary.carried import QUESTION_HEADING
 from ctxpress.summary.event import EVENT_KEY, is_summary_message
-from ctxpress.summary.history import read_history
-from ctxpress.workdir import read_text
+from ctxpress.summary.history import is_conversation_file, read_history
+from ctxpress.workdir import WorkdirError, read_text
 from tests.fakes import ScriptedChatModel, tool_call
 from tests.middleware.conftest import assert_provider_valid
 
@@ -176,9 +179,54 @@ def readable_from(workdir: LocalWorkdir, text: str) -> str:
     return text + "".join(read_text(workdir, path) for path in paths)
 
 
-def test_every_compressed_fact_is_one_read_away(workdir: LocalWorkdir, checkpointer: Any) -> None:
-    """One read while the list of earlier files fits its budget; past it, the summary names the
-    history file whose header lists the older ones (then two reads, never lost)."""
+def test_s14_every_compressed_fact_is_one_read_away_however_many_summaries(
+    workdir: LocalWorkdir, checkpointer: Any
+) -> None:
+    """The summary names the thread's conversation file, which holds every message before the
+    cutoff whole: every compressed fact is in the request or in one file it names, in every
+    request, however many history and offload files the thread has gathered."""
+    model = ScriptedChatModel(script=swe_script(CALLS * 2))
+    agent = build(model, workdir, checkpointer, CONFIG)
+    agent.invoke({"messages": [HumanMessage(content=QUESTION)]}, THREAD)
+
+    state = agent.get_state(THREAD).values
+    event = state[EVENT_KEY]
+    assert event["summary_count"] >= 5, "the premise: facts sit in many history and offload files"
+    assert len(event["earlier_files"]) > 20, "the premise: more files than a summary could list"
+    for answered, request in enumerate(model.requests):
+        readable = readable_from(workdir, request_text(request))
+        for number in range(answered):
+            assert fact(number) in readable, f"{fact(number)} is not one read away in request {answered}"
+    summary = content_text(event["summary_message"].content)
+    named = [path.rstrip(".") for path in NAMED_PATH.findall(summary)]
+    assert len(named) == 1 and is_conversation_file(named[0]), "one path, no list of files"
+    assert f"Every earlier message is in full in the workdir at {named[0]}." in summary
+    header, messages = read_history(workdir, named[0])
+    cutoff = event["cutoff_index"]
+    assert header["range"] == [0, cutoff] and event["file_path"] in header["history_files"]
+    assert [(m.id, m.content) for m in messages] == [(m.id, m.content) for m in state["messages"][:cutoff]]
+
+
+class ConversationFileRefused(LocalWorkdir):
+    """A workdir (real files) that refuses the conversation file, as a full quota would."""
+
+    def write_bytes(self, path: str, data: bytes) -> str:
+        if is_conversation_file(path):
+            raise WorkdirError(f"{path}: the workdir is full")
+        return super().write_bytes(path, data)
+
+
+@pytest.fixture
+def listing_workdir(tmp_path: Path) -> LocalWorkdir:
+    """The workdir of the tests of the fallback: the summary lists the earlier files."""
+    return ConversationFileRefused(tmp_path / "listing-workdir")
+
+
+def test_every_compressed_fact_is_one_read_away(listing_workdir: LocalWorkdir, checkpointer: Any) -> None:
+    """Without the conversation file: one read while the list of earlier files fits its budget;
+    past it, the summary names the history file whose header lists the older ones (then two reads,
+    never lost)."""
+    workdir = listing_workdir
     model = ScriptedChatModel(script=swe_script(CALLS))
     agent = build(model, workdir, checkpointer, CONFIG)
     agent.invoke({"messages": [HumanMessage(content=QUESTION)]}, THREAD)
@@ -227,16 +275,17 @@ def test_s14_question_that_fits_the_free_room_is_quoted_whole(
         assert under_threshold(middleware, request), "the quote never keeps a request over the threshold"
     # The next exchange is reserved before the quote takes its room: a fresh summary is never
     # followed by another at the very next call.
-    shown = [content_text(request[1].content) for request in summarised]
+    shown = [request[1].id for request in summarised]  # each summary message has an id of its own
     fresh = [n for n in range(1, len(shown)) if shown[n] != shown[n - 1]]
     assert fresh and all(b - a > 1 for a, b in itertools.pairwise(fresh)), "two summaries in a row"
 
 
 def test_s14_file_list_names_history_files_before_offload_files(
-    workdir: LocalWorkdir, checkpointer: Any
+    listing_workdir: LocalWorkdir, checkpointer: Any
 ) -> None:
     """When the list of earlier files cannot hold them all, every earlier history file (a whole
     summarised span each) is named before any offload file (one result each)."""
+    workdir = listing_workdir
     model = ScriptedChatModel(script=swe_script(CALLS * 2))
     agent = build(model, workdir, checkpointer, CONFIG)
     agent.invoke({"messages": [HumanMessage(content=QUESTION)]}, THREAD)
@@ -254,10 +303,11 @@ def test_s14_file_list_names_history_files_before_offload_files(
 
 
 def test_s14_overflowing_file_list_still_names_the_files_that_fit(
-    workdir: LocalWorkdir, checkpointer: Any
+    listing_workdir: LocalWorkdir, checkpointer: Any
 ) -> None:
     """The line saying where the unlisted files are counts against the list's budget: a list that
     overflows keeps the paths that fit beside it instead of falling back to that line alone."""
+    workdir = listing_workdir
     model = ScriptedChatModel(script=swe_script(CALLS * 2))
     agent = build(model, workdir, checkpointer, CONFIG)
     agent.invoke({"messages": [HumanMessage(content=QUESTION)]}, THREAD)
@@ -276,22 +326,30 @@ def test_s14_overflowing_file_list_still_names_the_files_that_fit(
         assert len(listed) >= 3, f"only {len(listed)} files listed beside the overflow line"
 
 
-def test_s14_whole_question_leaves_room_for_the_file_list(workdir: LocalWorkdir, checkpointer: Any) -> None:
-    """A question quoted whole past the files' share of the free room does not push the list of
-    earlier files out: the list takes its share of what the question leaves."""
+@pytest.mark.parametrize("files", ["conversation file", "list"])
+def test_s14_whole_question_leaves_room_for_the_file_list(
+    workdir: LocalWorkdir, listing_workdir: LocalWorkdir, checkpointer: Any, files: str
+) -> None:
+    """A question quoted whole past the files' share of the free room does not push the earlier
+    files out: the summary names the conversation file (in its first line), or, without one, the
+    list takes its share of what the question leaves."""
+    workdir = workdir if files == "conversation file" else listing_workdir
     model, _, _ = swe_run(workdir, checkpointer, LONG_SYSTEM_PROMPT, LONG_QUESTION)
 
-    summaries = [
-        content_text(message.content)
+    summaries = {
+        message.id: content_text(message.content)
         for request in model.requests
         for message in request
         if is_summary_message(message)
-    ]
-    assert len(set(summaries)) >= 2, "the premise: several summaries"
-    for text in summaries:
+    }
+    assert len(summaries) >= 2, "the premise: several summaries"
+    for text in summaries.values():
         assert LONG_QUESTION in text, "the premise: the question is quoted whole"
-        named = NAMED_PATH.findall(text)
-        assert len(named) >= 2, "the summary names its own history file and at least one earlier file"
+        named = [path.rstrip(".") for path in NAMED_PATH.findall(text)]
+        if files == "conversation file":
+            assert len(named) == 1 and is_conversation_file(named[0])
+        else:
+            assert len(named) >= 2, "the summary names its own history file and at least one earlier file"
 
 
 #: A question within its own budget (a quarter of the threshold) that the room beside the summary,

@@ -7,6 +7,7 @@ agent's own `read_file` open what ctxpress offloaded (S8) and the history files 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from ctxpress import CompressionConfig, LocalWorkdir, RequestPressure
 from ctxpress.compaction.markers import OFFLOAD_MARKER, parse_offload_reference
 from ctxpress.deepagents_drop_in import DeepAgentsCompressionMiddleware
 from ctxpress.summary.event import is_summary_message
-from ctxpress.summary.history import HISTORY_DIR
+from ctxpress.summary.history import HISTORY_DIR, is_conversation_file, read_history
 from ctxpress.tokens import count_request_tokens
 from tests.fakes import ScriptedChatModel, tool_call
 from tests.middleware.conftest import kb_call, query_kb
@@ -106,9 +107,13 @@ def test_drop_in_replaces_deepagents_summarization_with_cumulative_cutoffs(tmp_p
     # The tool schemas DeepAgents adds count towards the threshold; every request stays under it.
     assert all(p.tools in DEEPAGENTS_TOOL_TOKENS for p in agent.pressures)
     assert all(p.total < config.threshold_tokens for p in agent.pressures)
-    # Every history file names the range it holds, and the ranges tile the summarised messages.
-    histories = sorted(f.path for f in agent.workdir.list_files(HISTORY_DIR))
+    # One history file per summary, and one conversation file holding everything summarised.
+    files = sorted(f.path for f in agent.workdir.list_files(HISTORY_DIR))
+    histories = [path for path in files if not is_conversation_file(path)]
     assert len(histories) == len(set(cutoffs))
+    (conversation,) = [path for path in files if is_conversation_file(path)]
+    header, messages = read_history(agent.workdir, conversation)
+    assert header["range"] == [0, cutoffs[-1]] and len(messages) == cutoffs[-1]
 
 
 def test_the_agents_own_read_file_opens_offloaded_results_and_history_files(tmp_path: Path) -> None:
@@ -118,7 +123,10 @@ def test_the_agents_own_read_file_opens_offloaded_results_and_history_files(tmp_
         agent.turn(f"第{turn}个问题：北京有哪些景点？")
     state = agent.state()
     history_path = state["_summarization_event"]["file_path"]
-    assert history_path and history_path in state["_summarization_event"]["summary_message"].text
+    summary_text = state["_summarization_event"]["summary_message"].text
+    named = re.search(r"in full in the workdir at (\S+)\.", summary_text)
+    assert history_path and named and is_conversation_file(named.group(1))
+    conversation_path = named.group(1)
     offloaded = next(
         reference
         for request in reversed(agent.model.requests)
@@ -129,6 +137,7 @@ def test_the_agents_own_read_file_opens_offloaded_results_and_history_files(tmp_
     agent.model.script = [
         _read_file(offloaded.path, "r1"),
         _read_file(history_path, "r2"),
+        _read_file(conversation_path, "r3"),
         AIMessage(content="我读到了完整的结果和历史。"),
     ]
     agent.turn("请读出完整的检索结果和之前的对话记录")
@@ -137,6 +146,8 @@ def test_the_agents_own_read_file_opens_offloaded_results_and_history_files(tmp_
     assert "attraction-" in result_text and "not found" not in result_text.lower()
     history_text = _tool_result(messages, "r2")
     assert "ctxpress-history/1" in history_text  # the history file's header line
+    conversation_text = _tool_result(messages, "r3")
+    assert "ctxpress-conversation/1" in conversation_text and "第0个问题" in conversation_text
     assert messages[-1].content == "我读到了完整的结果和历史。"
 
 

@@ -31,6 +31,8 @@ from typing import Any, Literal
 
 import pytest
 
+from ctxpress.summary.history import is_conversation_file
+
 FaultKind = Literal["permission", "disk_full", "read_only"]
 FAULT_KINDS: tuple[FaultKind, ...] = ("permission", "disk_full", "read_only")
 TEMP_PREFIX = ".ctxpress-tmp-"
@@ -177,10 +179,13 @@ def workdir_problems(root: Path, *, allow_temp: bool = False) -> list[str]:
 
 
 def _history_problems(relative: str, data: bytes) -> list[str]:
-    # The name's digest covers the message lines (older files: the whole file).
+    # The name's digest covers the message lines (older files: the whole file). The conversation
+    # file is rewritten by each summary and has no digest: it must be whole like the others.
     body = data.split(b"\n", 1)[1] if b"\n" in data else b""
     digests = {hashlib.sha256(part).hexdigest()[:12] for part in (data, body)}
-    if not any(relative.endswith(f"-{digest}.jsonl") for digest in digests):
+    if not is_conversation_file(relative) and not any(
+        relative.endswith(f"-{digest}.jsonl") for digest in digests
+    ):
         return [f"history file does not match the digest in its name: {relative}"]
     lines = data.decode("utf-8", "surrogatepass").splitlines()
     try:

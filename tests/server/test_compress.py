@@ -24,6 +24,7 @@ from ctxpress.app.testing.api import create_conversation, send, wait_for_status
 from ctxpress.app.testing.live_server import LiveServer
 from ctxpress.config import CompressionConfig
 from ctxpress.summary.event import is_summary_message
+from ctxpress.summary.history import is_conversation_file
 from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
@@ -165,6 +166,15 @@ def record_count(client: httpx.Client, conversation_id: str) -> int:
 
 
 def history_files(client: httpx.Client, conversation_id: str) -> list[str]:
+    """The per-summary history files (not the conversation file every summary rewrites)."""
+    return [path for path in _history_dir(client, conversation_id) if not is_conversation_file(path)]
+
+
+def conversation_files(client: httpx.Client, conversation_id: str) -> list[str]:
+    return [path for path in _history_dir(client, conversation_id) if is_conversation_file(path)]
+
+
+def _history_dir(client: httpx.Client, conversation_id: str) -> list[str]:
     response = client.get(f"/api/conversations/{conversation_id}/files", params={"prefix": HISTORY_DIR})
     assert response.status_code == 200, response.text
     return [item["path"] for item in response.json()["files"]]
@@ -324,6 +334,13 @@ def test_s19_compress_success_state_read_back_through_graph(start_server: Server
     lines = alice.get(f"/api/conversations/{conversation_id}/files/{result['file_path']}").text.splitlines()
     header, *records = (json.loads(line) for line in lines)
     assert header["range"] == [0, 4] and header["thread_id"] == conversation_id
+    assert [record["data"]["content"] for record in records] == message_texts(before)[:4]
+    # So is the conversation file the summary names: every message before the cutoff, whole.
+    (conversation_file,) = conversation_files(alice, conversation_id)
+    assert conversation_file in result["summary"]
+    lines = alice.get(f"/api/conversations/{conversation_id}/files/{conversation_file}").text.splitlines()
+    header, *records = (json.loads(line) for line in lines)
+    assert header["range"] == [0, 4] and header["history_files"] == [result["file_path"]]
     assert [record["data"]["content"] for record in records] == message_texts(before)[:4]
 
     # A maintenance request: no run, no queued request, the chat record untouched (S1, S17).

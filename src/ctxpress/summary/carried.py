@@ -9,15 +9,19 @@ holds none, the summary message quotes it verbatim in a marked section -- bounde
 quarter of the summary threshold keeps its head and tail around a marker naming the history file
 with the full text. The section is carried from summary to summary until a newer user message arrives.
 
-*The earlier files.* Each history file keeps one summarised span; an offloaded result or argument
-that was summarised stays in the history file as its reference. So that every compressed fact is
-one read from a path named in the request, the summary message names, besides its own history
-file, every earlier history file of the thread and every offload file the summarised messages
-referenced (cumulative through `_summarization_event`). Those that fit in an eighth of the
-summary threshold are listed -- history files first (each holds a whole span), then offload files,
-newest first -- with the line saying where the rest are counted in. The complete list is also in
-the header of the new history file (`earlier_files`), which the summary message names, so a long
-thread's older files are one read further, never lost.
+*The earlier files.* So that every compressed fact is one read from a path named in the request,
+the summary message names the thread's conversation file (`history.write_conversation`, in the
+message's first line: `event.summary_message_text`): every message before the cutoff, whole, in
+one file -- one path, however many summaries came before, and no list. When that file could not be
+written, the summary names its own history file and lists what holds the compressed text piecewise:
+each history file keeps one summarised span, and an offloaded result or argument that was
+summarised stays in it as its reference, so the list holds every earlier history file of the
+thread and every offload file the summarised messages referenced (cumulative through
+`_summarization_event`). Those that fit in an eighth of the summary threshold are listed --
+history files first (each holds a whole span), then offload files, newest first -- with the line
+saying where the rest are counted in. The complete list is also in the header of the new history
+file (`earlier_files`), which the summary message names, so a long thread's older files are one
+read further, never lost.
 
 *Room.* Both sections take only room the request leaves: `summary/step.py` measures the summary
 message without them plus the kept messages and reserves the size of the latest exchange (what the

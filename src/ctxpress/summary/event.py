@@ -35,21 +35,31 @@ class SummarizationEvent(TypedDict):
     earlier_files: NotRequired[list[str]]
 
 
-def summary_message_text(summary: str, file_path: str | None, sections: Sequence[str] = ()) -> str:
-    """The summary message: marker, where the full text is, the summary, then `sections`."""
-    where = (
-        f"The full text of the summarised messages is in the workdir at {file_path}."
-        if file_path
-        else "The full text of the summarised messages could not be saved to the workdir."
-    )
+def summary_message_text(
+    summary: str, file_path: str | None, sections: Sequence[str] = (), conversation_file: str | None = None
+) -> str:
+    """The summary message: marker, where the full text is, the summary, then `sections`.
+
+    Where: the thread's conversation file when there is one (every earlier message, this
+    summary's span included: one path for all of them), else this summary's history file."""
+    if conversation_file:
+        where = f"Every earlier message is in full in the workdir at {conversation_file}."
+    elif file_path:
+        where = f"The full text of the summarised messages is in the workdir at {file_path}."
+    else:
+        where = "The full text of the summarised messages could not be saved to the workdir."
     return "\n\n".join([f"{SUMMARY_MARKER} Summary of the earlier conversation. {where}", summary, *sections])
 
 
 def make_summary_message(
-    summary: str, file_path: str | None, sequence: int, sections: Sequence[str] = ()
+    summary: str,
+    file_path: str | None,
+    sequence: int,
+    sections: Sequence[str] = (),
+    conversation_file: str | None = None,
 ) -> HumanMessage:
     return HumanMessage(
-        content=summary_message_text(summary, file_path, sections),
+        content=summary_message_text(summary, file_path, sections, conversation_file),
         id=f"ctxpress-summary-{sequence}",
         additional_kwargs={"lc_source": SUMMARY_SOURCE},
     )

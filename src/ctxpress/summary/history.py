@@ -5,6 +5,14 @@ message range. The file is JSON Lines: a header line, then one line per message 
 `messages_to_dict` form (lossless, and `messages_from_dict` reads it back). Messages are stored as
 they appear in the L1 view: a large tool result appears as its preview plus the path of the
 `large_tool_results` file holding it in full, so history plus those files recover every byte.
+
+Beside them, one *conversation file* per thread (same format): every message of the state before
+the latest cutoff, as the state holds it (tool results and arguments whole). Each summary rewrites
+it atomically from the state (S1: nothing is ever deleted, so the new file is the old one plus the
+new span), so the summary message can name one path that holds every compressed message in a
+single read, however many summaries came before (issue 21). It is a convenience copy: the event
+names the immutable history file, and a failed write of the conversation file only makes the
+summary list the earlier files instead.
 """
 
 from __future__ import annotations
@@ -22,6 +30,9 @@ from ctxpress.workdir import Workdir, decode_text, encode_text
 
 HISTORY_DIR = "outputs/conversation_history"
 HISTORY_FORMAT = "ctxpress-history/1"
+CONVERSATION_FORMAT = "ctxpress-conversation/1"
+#: How a conversation file's name ends (a history file's ends in its range and hash).
+CONVERSATION_SUFFIX = "-conversation.jsonl"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -79,3 +90,36 @@ def read_history(workdir: Workdir, path: str) -> tuple[dict[str, object], list[B
     lines = decode_text(workdir.read_bytes(path)).splitlines()
     header = json.loads(lines[0])
     return header, messages_from_dict([json.loads(line) for line in lines[1:] if line])
+
+
+def conversation_path(thread_id: str | None, messages: Sequence[BaseMessage]) -> str:
+    """The thread's conversation file. Named after the thread and its first message too: a
+    sub-agent runs under its parent's thread id with a state of its own, and gets a file of its own."""
+    first = messages[0] if messages else None
+    lineage = (first.id or json.dumps(first.content, ensure_ascii=False, default=str)) if first else ""
+    digest = hashlib.sha256(encode_text(lineage)).hexdigest()[:8]
+    return f"{HISTORY_DIR}/{_safe_thread(thread_id)}-{digest}{CONVERSATION_SUFFIX}"
+
+
+def is_conversation_file(path: str) -> bool:
+    return path.startswith(f"{HISTORY_DIR}/") and path.endswith(CONVERSATION_SUFFIX)
+
+
+def write_conversation(
+    workdir: Workdir, thread_id: str | None, messages: Sequence[BaseMessage], history_files: Sequence[str]
+) -> str:
+    """Write the conversation file (`messages`: the state before the cutoff) and return its path;
+    raises WorkdirError / OSError on failure."""
+    header = {
+        "format": CONVERSATION_FORMAT,
+        "thread_id": thread_id,
+        "range": [0, len(messages)],
+        "message_count": len(messages),
+        "history_files": list(history_files),
+        "updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    path = conversation_path(thread_id, messages)
+    workdir.write_bytes(
+        path, encode_text(json.dumps(header, ensure_ascii=False) + "\n") + _message_lines(messages)
+    )
+    return path

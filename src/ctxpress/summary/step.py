@@ -29,7 +29,7 @@ from ctxpress.summary.carried import (
 )
 from ctxpress.summary.cutoff import choose_cutoff
 from ctxpress.summary.event import EffectiveMessages, SummarizationEvent, make_summary_message
-from ctxpress.summary.history import HistoryRange, write_history
+from ctxpress.summary.history import HISTORY_DIR, HistoryRange, write_conversation, write_history
 from ctxpress.summary.summarizer import (
     SummaryOutcome,
     asummarize,
@@ -58,6 +58,17 @@ class SummaryPlan:
     files_budget: int = 0  # the most tokens the list of earlier files takes (`carried.files_budget`)
     profile: str = "default"  # the token profile the quote is measured in
     carried_question: str | None = None  # the previous summary's question section, still current
+    #: The state before the new cutoff, as the state holds it: what the conversation file keeps.
+    conversation: tuple[BaseMessage, ...] = ()
+
+
+@dataclass(frozen=True)
+class SavedHistory:
+    """What `save_history` wrote: the history file (or why not) and the conversation file."""
+
+    file_path: str | None
+    write_error: str | None
+    conversation_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,8 @@ class SavedSummary:
     file_path: str | None
     write_error: str | None
     outcome: SummaryOutcome
+    #: The thread's conversation file, when it was written (`history.write_conversation`).
+    conversation_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -185,6 +198,7 @@ def plan_summary(
         files_budget=files_budget(config.threshold_tokens),
         profile=config.token_profile,
         carried_question=carried,
+        conversation=tuple(state_messages[:global_cutoff]),
     )
 
 
@@ -218,14 +232,16 @@ def finish_summary(
     """
     outcome = saved.outcome
     text = outcome.text if outcome.ok else failed_summary_text(outcome.error or "", plan.messages)
-    bare = make_summary_message(text, saved.file_path, plan.summary_count)
+    bare = make_summary_message(text, saved.file_path, plan.summary_count, (), saved.conversation_file)
     free = None
     if headroom is not None:
         # The next call adds about one more exchange like the last: that stays free as well.
         growth = headroom([]) - headroom(last_exchange(plan.kept))
         free = max(0, headroom([bare, *plan.kept]) - growth)
-    sections = carried_sections(plan, saved.file_path, free)
-    summary_message = make_summary_message(text, saved.file_path, plan.summary_count, sections.texts)
+    sections = carried_sections(plan, saved.file_path, free, saved.conversation_file)
+    summary_message = make_summary_message(
+        text, saved.file_path, plan.summary_count, sections.texts, saved.conversation_file
+    )
     event: SummarizationEvent = {
         "cutoff_index": plan.span.end,
         "summary_message": summary_message,
@@ -255,9 +271,12 @@ class CarriedSections:
     question_shortfall: int = 0  # see `SummaryStep.question_shortfall`
 
 
-def carried_sections(plan: SummaryPlan, file_path: str | None, free: int | None) -> CarriedSections:
-    """The quoted question and the list of earlier files, within the `free` tokens the request
-    leaves (None: only their own budgets bound them).
+def carried_sections(
+    plan: SummaryPlan, file_path: str | None, free: int | None, conversation_file: str | None = None
+) -> CarriedSections:
+    """The quoted question and the earlier files, within the `free` tokens the request leaves
+    (None: only their own budgets bound them). With a conversation file there is no list: the
+    summary message names that file, which holds every earlier message (`carried.py`).
 
     The question comes first: quoted whole when it fits its budget and the free room -- the current
     request is what the kept messages answer, and a cut quote loses its middle -- else its head and
@@ -265,11 +284,12 @@ def carried_sections(plan: SummaryPlan, file_path: str | None, free: int | None)
     question leaves, so the rest stays free for the exchanges after the next one. A section that
     does not fit even shortened is left out of the message; the history file keeps its text.
     """
+    full_text_in = conversation_file or file_path  # where a cut question is whole
     raw = plan.question
     if raw is None and plan.carried_question:
         raw = plan.carried_question.removeprefix(QUESTION_HEADING).lstrip("\n")
     question = (
-        question_section(plan.question, file_path, plan.question_budget, plan.profile)
+        question_section(plan.question, full_text_in, plan.question_budget, plan.profile)
         if plan.question is not None
         else plan.carried_question
     )
@@ -286,12 +306,12 @@ def carried_sections(plan: SummaryPlan, file_path: str | None, free: int | None)
         elif free is not None and question_tokens <= plan.question_budget:
             shortfall = question_tokens - free
         if question_tokens > whole and cut >= MIN_QUESTION_TOKENS:
-            texts.append(question_section(raw, file_path, cut // 2, plan.profile))
+            texts.append(question_section(raw, full_text_in, cut // 2, plan.profile))
         used = sum(estimate_tokens(text, plan.profile) for text in texts)
     left = unbounded - used if free is None else _share(max(0, free - used))
     files = plan.span.earlier_files
     budget = min(plan.files_budget, left)
-    if files and budget > 0:
+    if files and budget > 0 and conversation_file is None:
         listed = files_section(files, file_path, budget, plan.profile)
         if estimate_tokens(listed, plan.profile) > budget:  # only where the list is, when that fits
             listed = files_section(files, file_path, 0, plan.profile)
@@ -304,13 +324,31 @@ def _share(free: int) -> int:
     return int(free * CARRIED_SHARE_OF_HEADROOM)
 
 
-def save_history(workdir: Workdir, plan: SummaryPlan) -> tuple[str | None, str | None]:
-    """(path, None) on success, (None, error) on failure — logged, never raised (S27)."""
+def save_history(workdir: Workdir, plan: SummaryPlan) -> SavedHistory:
+    """The history file, then the conversation file; a failure is logged, never raised (S27).
+
+    Without the history file the summary has no file to name (S27, S28); without the conversation
+    file it lists the earlier files instead (a warning: nothing is lost, a read may take two)."""
     try:
-        return write_history(workdir, plan.span, plan.history), None
+        file_path = write_history(workdir, plan.span, plan.history)
     except Exception as exc:
         logger.error("could not save conversation history %s: %s", plan.span, short_error(exc))
-        return None, short_error(exc)
+        return SavedHistory(None, short_error(exc))
+    if not plan.conversation:
+        return SavedHistory(file_path, None)
+    history_files = [path for path in plan.span.earlier_files if path.startswith(f"{HISTORY_DIR}/")]
+    try:
+        conversation_file = write_conversation(
+            workdir, plan.span.thread_id, plan.conversation, [*history_files, file_path]
+        )
+    except Exception as exc:
+        logger.warning(
+            "could not save the conversation file of %s (the summary lists the earlier files): %s",
+            plan.span,
+            short_error(exc),
+        )
+        return SavedHistory(file_path, None)
+    return SavedHistory(file_path, None, conversation_file)
 
 
 def save_and_summarize(
@@ -323,9 +361,9 @@ def save_and_summarize(
     counter: TokenCounter | None = None,
 ) -> SavedSummary:
     """The history write, then the summary call (sync callers); neither raises (S27)."""
-    file_path, write_error = save_history(workdir, plan)
+    saved = save_history(workdir, plan)
     outcome = summarize(model, config, plan.messages, timeout, counter=counter)
-    return SavedSummary(file_path, write_error, outcome)
+    return SavedSummary(saved.file_path, saved.write_error, outcome, saved.conversation_file)
 
 
 async def asave_and_summarize(
@@ -338,8 +376,8 @@ async def asave_and_summarize(
     counter: TokenCounter | None = None,
 ) -> SavedSummary:
     """The history write and the summary call running concurrently; neither raises (S27)."""
-    (file_path, write_error), outcome = await asyncio.gather(
+    saved, outcome = await asyncio.gather(
         asyncio.to_thread(save_history, workdir, plan),
         asummarize(model, config, plan.messages, timeout, counter=counter),
     )
-    return SavedSummary(file_path, write_error, outcome)
+    return SavedSummary(saved.file_path, saved.write_error, outcome, saved.conversation_file)
