@@ -19,13 +19,16 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import Command, Send, interrupt
 from pydantic import BaseModel
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.runtime.checkpoint_serde import CheckpointSerializer
 from ctxpress.app.server.runtime.checkpoints import (
+    NODE_TASK_PATH_PREFIX,
     ServicePostgresSaver,
     ServiceSqliteSaver,
+    grouped_step_writes,
     one_checkpoint_read,
     open_checkpointer,
 )
@@ -220,3 +223,91 @@ def test_a_run_reads_its_checkpoint_from_the_database_once(
     assert reads == [""]
     messages = alice.get(f"/api/conversations/{conversation_id}/messages").json()["items"]
     assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
+
+
+def _interrupting_graph(checkpointer: Any) -> Any:
+    """Two node steps, a fan-out of `Send` tasks, then a node that asks (`interrupt`)."""
+
+    def plan(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage("计划", id=f"plan-{len(state['messages'])}")]}
+
+    def fan_out(state: MessagesState) -> list[Send]:
+        return [Send("fetch", {"messages": [HumanMessage(f"取 {n}")]}) for n in range(3)]
+
+    def fetch(state: MessagesState) -> dict[str, Any]:
+        return {
+            "messages": [ToolMessage(state["messages"][-1].text, tool_call_id="c", id=f"t-{uuid.uuid4()}")]
+        }
+
+    def ask(state: MessagesState) -> dict[str, Any]:
+        answer = interrupt("继续吗？")
+        return {"messages": [AIMessage(f"好：{answer}", id=f"ask-{len(state['messages'])}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("plan", plan)
+    builder.add_node("fetch", fetch)
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "plan")
+    builder.add_conditional_edges("plan", fan_out, ["fetch"])
+    builder.add_edge("fetch", "ask")
+    builder.add_edge("ask", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+async def _writes_rows(saver: Any, thread_id: str) -> list[tuple[Any, ...]]:
+    async with saver._cursor() as cursor:
+        await cursor.execute(
+            "SELECT checkpoint_id, task_id, idx, channel FROM checkpoint_writes WHERE thread_id = %s"
+            " ORDER BY checkpoint_id, task_id, idx",
+            (thread_id,),
+        )
+        return [tuple(row.values()) for row in await cursor.fetchall()]
+
+
+async def test_node_step_writes_travel_with_their_checkpoint(
+    make_settings: SettingsFactory, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within `grouped_step_writes()` (PostgreSQL) a node step's pending writes are saved in its
+    checkpoint's transaction: the database stores the same writes and checkpoints as without the
+    block, an interrupt's writes (no checkpoint follows them) are saved when the block ends, and
+    the writes of `Send` tasks (tool calls) are saved at once, each as before."""
+    settings = make_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    async with open_checkpointer(settings.database()) as saver:
+        await saver.setup()
+        graph = _interrupting_graph(saver)
+        database_class = type(saver).__mro__[2]
+        real_put_writes = database_class.aput_writes
+        saved_at_once: list[str] = []
+
+        async def counting(this: Any, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+            saved_at_once.append(task_path)
+            await real_put_writes(this, config, writes, task_id, task_path)
+
+        monkeypatch.setattr(database_class, "aput_writes", counting)
+        plain, grouped = ({"configurable": {"thread_id": f"{name}-{uuid.uuid4().hex[:8]}"}} for name in "pg")
+        await graph.ainvoke({"messages": [HumanMessage("开始", id="h")]}, plain)
+        without_block = list(saved_at_once)
+        saved_at_once.clear()
+        async with grouped_step_writes(saver):
+            await graph.ainvoke({"messages": [HumanMessage("开始", id="h")]}, grouped)
+        with_block = list(saved_at_once)
+
+        for config in (plain, grouped):  # the interrupt is in the checkpoint: the resume finds it
+            state = await graph.aget_state(config)
+            assert [pending.value for pending in state.interrupts] == ["继续吗？"]
+        if backend == "postgresql":
+            assert any(path.startswith(NODE_TASK_PATH_PREFIX) for path in without_block)
+            assert with_block and all(not path.startswith(NODE_TASK_PATH_PREFIX) for path in with_block)
+            assert sum(path.startswith("~__pregel_push") for path in with_block) == 3  # the Send tasks
+            plain_rows = await _writes_rows(saver, plain["configurable"]["thread_id"])
+            grouped_rows = await _writes_rows(saver, grouped["configurable"]["thread_id"])
+            assert plain_rows, "the premise: pending writes are stored"
+            assert sorted(row[2:] for row in grouped_rows) == sorted(row[2:] for row in plain_rows)
+            assert len({row[0] for row in grouped_rows}) == len({row[0] for row in plain_rows})
+        else:
+            assert with_block == without_block  # SQLite: the block changes nothing
+        for config in (plain, grouped):
+            await graph.ainvoke(Command(resume="是"), config)
+            state = await graph.aget_state(config)
+            assert state.values["messages"][-1].text == "好：是" and not state.interrupts

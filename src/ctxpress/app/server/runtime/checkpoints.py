@@ -10,21 +10,34 @@ the saver's `setup()` makes its tables):
   once. Manual compression needs that: `aget_state` reads the latest checkpoint, and
   `aupdate_state` reads the very same one again before it writes. Under the conversation lock of an
   idle thread (S18) nothing else can write that thread's checkpoint in between, and any write in the
-  scope (`aput`, `aput_writes`) forgets what was read. Outside the scope -- every run -- reads go to
-  the database as always.
+  scope (`aput`, `aput_writes`) forgets what was read. A run uses it for its start and the graph's
+  first read (`execution.py`). Outside the scope reads go to the database as always.
+- `grouped_step_writes()` (PostgreSQL): within it -- a run's graph stream -- the pending writes of
+  a node step (a `~__pregel_pull` task: the model node, a middleware node) wait for the step's
+  checkpoint and are saved in its transaction, one transaction per step instead of two; the block's
+  end saves any still waiting (an interrupt's or an error's writes, which no checkpoint follows).
+  A `Send` task's writes (create_agent runs each tool call as one; several may run at once) are
+  saved at once as before: after a kill, the next run gives back the tool results a step finished
+  but did not checkpoint (`execution._written_by_unsaved_steps`), while a node step's unsaved
+  writes are dropped by the graph either way. A read of a thread with waiting writes saves them
+  first.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
@@ -51,6 +64,59 @@ _ReadKey = tuple[str, str, str | None]
 _reads: ContextVar[dict[_ReadKey, CheckpointTuple | None] | None] = ContextVar(
     "checkpoint_reads", default=None
 )
+
+
+_ThreadKey = tuple[str, str]
+#: One `executemany` of LangGraph's writes SQL: the statement and its rows.
+_WriteStatement = tuple[str, list[Any]]
+#: LangGraph's path of a node task starts with this (`~__pregel_pull, model`); a `Send` task's
+#: with `~__pregel_push`.
+NODE_TASK_PATH_PREFIX = "~__pregel_pull"
+
+
+@dataclass
+class _HeldWrites:
+    """Node steps' pending writes waiting for their step's checkpoint, per thread and namespace."""
+
+    statements: dict[_ThreadKey, list[_WriteStatement]] = field(default_factory=dict)
+
+    def hold(self, key: _ThreadKey, statement: _WriteStatement) -> None:
+        self.statements.setdefault(key, []).append(statement)
+
+    def take(self, key: _ThreadKey) -> list[_WriteStatement]:
+        return self.statements.pop(key, [])
+
+    def take_all(self) -> list[_WriteStatement]:
+        taken = [statement for statements in self.statements.values() for statement in statements]
+        self.statements.clear()
+        return taken
+
+
+#: The writes held in the current `grouped_step_writes()` block (None: no block).
+_held_writes: ContextVar[_HeldWrites | None] = ContextVar("held_checkpoint_writes", default=None)
+#: Held writes that the checkpoint being saved takes into its transaction.
+_leading_writes: ContextVar[tuple[_WriteStatement, ...]] = ContextVar("leading_checkpoint_writes", default=())
+
+
+def _thread_key(config: RunnableConfig) -> _ThreadKey:
+    configurable = config.get("configurable") or {}
+    return str(configurable.get("thread_id")), str(configurable.get("checkpoint_ns") or "")
+
+
+@asynccontextmanager
+async def grouped_step_writes(checkpointer: BaseCheckpointSaver[Any] | bool | None) -> AsyncIterator[None]:
+    """Within this block, node steps' pending writes are saved with their step's checkpoint (see
+    the module docstring); on SQLite, or a saver on one connection, nothing changes."""
+    if not isinstance(checkpointer, ServicePostgresSaver) or not checkpointer.on_pool:
+        yield
+        return
+    held = _HeldWrites()
+    token = _held_writes.set(held)
+    try:
+        yield
+    finally:
+        _held_writes.reset(token)
+        await checkpointer.save_writes(held.take_all())
 
 
 def _read_key(config: RunnableConfig) -> _ReadKey:
@@ -127,6 +193,71 @@ class ServicePostgresSaver(_ScopedReads, AsyncPostgresSaver):
     (the pool's connections are in autocommit mode, as the saver requires).
     """
 
+    @property
+    def on_pool(self) -> bool:
+        return isinstance(self.conn, AsyncConnectionPool)
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        held = _held_writes.get()
+        if held is None or not task_path.startswith(NODE_TASK_PATH_PREFIX):
+            await super().aput_writes(config, writes, task_id, task_path)
+            return
+        forget_scoped_reads()
+        held.hold(_thread_key(config), await self._write_statement(config, writes, task_id, task_path))
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        held = _held_writes.get()
+        leading = held.take(_thread_key(config)) if held is not None else []
+        if not leading:
+            return await super().aput(config, checkpoint, metadata, new_versions)
+        token = _leading_writes.set(tuple(leading))
+        try:
+            return await super().aput(config, checkpoint, metadata, new_versions)
+        finally:
+            _leading_writes.reset(token)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        held = _held_writes.get()
+        if held is not None:  # the thread's waiting writes are part of what a read must see
+            await self.save_writes(held.take(_thread_key(config)))
+        return await super().aget_tuple(config)
+
+    async def save_writes(self, statements: Sequence[_WriteStatement]) -> None:
+        """Held writes, in one transaction."""
+        if statements:
+            async with self._cursor(pipeline=True) as cursor:
+                for query, rows in statements:
+                    await cursor.executemany(query, rows)
+
+    async def _write_statement(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> _WriteStatement:
+        """The statement `AsyncPostgresSaver.aput_writes` would run for these writes."""
+        query = (
+            self.UPSERT_CHECKPOINT_WRITES_SQL
+            if all(channel in WRITES_IDX_MAP for channel, _ in writes)
+            else self.INSERT_CHECKPOINT_WRITES_SQL
+        )
+        configurable = config["configurable"]
+        rows = await asyncio.to_thread(
+            self._dump_writes,
+            configurable["thread_id"],
+            configurable["checkpoint_ns"],
+            configurable["checkpoint_id"],
+            task_id,
+            task_path,
+            writes,
+        )
+        return query, rows
+
     @asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
         if not isinstance(self.conn, AsyncConnectionPool):
@@ -143,6 +274,11 @@ class ServicePostgresSaver(_ScopedReads, AsyncPostgresSaver):
                     await stack.enter_async_context(conn.pipeline())
                 await stack.enter_async_context(conn.transaction())
                 cursor = await stack.enter_async_context(conn.cursor(binary=True, row_factory=dict_row))
+                leading = _leading_writes.get()
+                if leading:  # a step's held writes, in its checkpoint's transaction (once)
+                    _leading_writes.set(())
+                    for query, rows in leading:
+                        await cursor.executemany(query, rows)
                 yield cursor
 
 

@@ -40,7 +40,7 @@ from ctxpress.app.server.repositories.usage import UsageRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.agents import AgentRegistry, AgentRuntime, thread_config
 from ctxpress.app.server.runtime.checkpoint_pruning import prune_quietly
-from ctxpress.app.server.runtime.checkpoints import one_checkpoint_read
+from ctxpress.app.server.runtime.checkpoints import grouped_step_writes, one_checkpoint_read
 from ctxpress.app.server.runtime.delta_stream import DeltaStream
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.locks import conversation_lock
@@ -232,22 +232,24 @@ class RunExecutor:
         with one_checkpoint_read():
             graph_input = await self._start(run, runtime, mapper)
             self.metrics.first_event.observe(_seconds_since(run.created_at))
-            async for namespace, mode, data in runtime.graph.astream(
-                graph_input, tapped, stream_mode=STREAM_MODES, subgraphs=True, durability=DURABILITY
-            ):
-                interrupted = interrupted or _announces_interrupt(mode, data)
-                stored: list[MappedItem] = []
-                for item in mapper.map(tuple(namespace), str(mode), data):
-                    if isinstance(item, OutgoingEvent) and item.type == events.CONTEXT_COMPRESSION:
-                        self._observe_compression(item.data, compression_started)
-                    if isinstance(item, RecordedMessage):
-                        partial.settled(item.message.id)
-                    stored.append(item)
-                # A node's messages and its model call's usage (after them) in one transaction.
-                drafts = collector.drain() if mode == "updates" else []
-                if stored or drafts:
-                    deltas.flush()  # the deltas so far go before these events
-                    await self._store(run, stored, drafts)
+            # A node step's pending writes go into its checkpoint's transaction (`checkpoints.py`).
+            async with grouped_step_writes(runtime.graph.checkpointer):
+                async for namespace, mode, data in runtime.graph.astream(
+                    graph_input, tapped, stream_mode=STREAM_MODES, subgraphs=True, durability=DURABILITY
+                ):
+                    interrupted = interrupted or _announces_interrupt(mode, data)
+                    stored: list[MappedItem] = []
+                    for item in mapper.map(tuple(namespace), str(mode), data):
+                        if isinstance(item, OutgoingEvent) and item.type == events.CONTEXT_COMPRESSION:
+                            self._observe_compression(item.data, compression_started)
+                        if isinstance(item, RecordedMessage):
+                            partial.settled(item.message.id)
+                        stored.append(item)
+                    # A node's messages and its model call's usage (after them) in one transaction.
+                    drafts = collector.drain() if mode == "updates" else []
+                    if stored or drafts:
+                        deltas.flush()  # the deltas so far go before these events
+                        await self._store(run, stored, drafts)
         if not interrupted:
             return Outcome(RUN_SUCCEEDED)
         # The questions (and their ids) as the checkpoint keeps them, the ones of sub-agents included.
