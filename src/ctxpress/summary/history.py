@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 
 from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
 
-from ctxpress.workdir import Workdir, decode_text, encode_text
+from ctxpress.workdir import Workdir, WorkdirError, decode_text, encode_text
 
 HISTORY_DIR = "outputs/conversation_history"
 HISTORY_FORMAT = "ctxpress-history/1"
@@ -109,7 +109,15 @@ def write_conversation(
     workdir: Workdir, thread_id: str | None, messages: Sequence[BaseMessage], history_files: Sequence[str]
 ) -> str:
     """Write the conversation file (`messages`: the state before the cutoff) and return its path;
-    raises WorkdirError / OSError on failure."""
+    raises WorkdirError / OSError on failure.
+
+    The previous version's message lines are reused when they hold a prefix of `messages` (the
+    count fits and the last line is the same message, byte for byte), so a summary serialises only
+    its new span; otherwise the file is written again from `messages`. A message replaced in the
+    state under the same id before that last line (an overflow trim, S6) keeps its earlier, whole
+    text in the file."""
+    path = conversation_path(thread_id, messages)
+    reused, count = _written_prefix(workdir, path, messages)
     header = {
         "format": CONVERSATION_FORMAT,
         "thread_id": thread_id,
@@ -118,8 +126,24 @@ def write_conversation(
         "history_files": list(history_files),
         "updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    path = conversation_path(thread_id, messages)
-    workdir.write_bytes(
-        path, encode_text(json.dumps(header, ensure_ascii=False) + "\n") + _message_lines(messages)
-    )
+    lines = reused + _message_lines(messages[count:])
+    workdir.write_bytes(path, encode_text(json.dumps(header, ensure_ascii=False) + "\n") + lines)
     return path
+
+
+def _written_prefix(workdir: Workdir, path: str, messages: Sequence[BaseMessage]) -> tuple[bytes, int]:
+    """The message lines of the conversation file at `path` and their count, when they hold a
+    prefix of `messages`; else (b"", 0)."""
+    try:
+        data = workdir.read_bytes(path)
+        header = json.loads(data.partition(b"\n")[0])
+    except (OSError, WorkdirError, ValueError):
+        return b"", 0
+    body = data.partition(b"\n")[2]
+    count = header.get("message_count") if isinstance(header, dict) else None
+    if not isinstance(count, int) or not 0 < count <= len(messages) or body.count(b"\n") != count:
+        return b"", 0
+    last_line = body[:-1].rpartition(b"\n")[2] + b"\n"
+    if last_line != _message_lines(messages[count - 1 : count]):
+        return b"", 0
+    return body, count
