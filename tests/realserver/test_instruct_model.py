@@ -10,6 +10,7 @@ processed and predicted since start).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from ctxpress import CompressionConfig, ContextCompressionMiddleware, LocalWorkd
 from ctxpress.app.testing.api import create_conversation, read_events, send
 from ctxpress.middleware import EVENT_KEY
 from ctxpress.summary.event import SUMMARY_MARKER
+from ctxpress.summary.history import is_conversation_file, read_history
 from ctxpress.summary.recovery import recover_messages
 from tests.realserver.clients import chat_model
 from tests.realserver.conftest import (
@@ -200,7 +202,10 @@ def test_the_summary_path_writes_real_text_through_the_chat_template(
     event = agent.get_state(thread).values[EVENT_KEY]  # type: ignore[arg-type]
     summary_text = event["summary_message"].text
     header, body = summary_text.split("\n\n", 1)
-    assert header.startswith(SUMMARY_MARKER) and event["file_path"] in header
+    named = re.search(r"in full in the workdir at (\S+)\.$", header)
+    assert header.startswith(SUMMARY_MARKER) and named and is_conversation_file(named.group(1))
+    conversation_header, _ = read_history(workdir, named.group(1))
+    assert event["file_path"] in conversation_header["history_files"]  # type: ignore[operator]
     assert summary_reply.text.strip() and body == summary_reply.text.strip()
     assert "summary model failed" not in summary_text
 
