@@ -42,7 +42,7 @@ from ctxpress.compaction.budget import take_head, take_tail
 from ctxpress.compaction.content import content_text
 from ctxpress.compaction.markers import offloaded_argument_path, parse_offload_reference
 from ctxpress.summary.event import is_summary_message
-from ctxpress.summary.history import HISTORY_DIR
+from ctxpress.summary.history import in_history_dir
 from ctxpress.tokens import estimate_tokens
 
 #: A quoted question longer than this share of the summary threshold keeps its head and tail only
@@ -127,8 +127,8 @@ def listing_order(files: Sequence[str]) -> list[str]:
     references of its offloaded results included), an offload file one result, so for the same
     tokens of path a history file puts far more compressed text one read away."""
     newest_first = list(reversed(files))
-    history = [path for path in newest_first if path.startswith(f"{HISTORY_DIR}/")]
-    return history + [path for path in newest_first if not path.startswith(f"{HISTORY_DIR}/")]
+    history = [path for path in newest_first if in_history_dir(path)]
+    return history + [path for path in newest_first if not in_history_dir(path)]
 
 
 def files_section(

@@ -7,10 +7,10 @@ they appear in the L1 view: a large tool result appears as its preview plus the 
 `large_tool_results` file holding it in full, so history plus those files recover every byte.
 
 Beside them, one *conversation file* per thread (same format): every message of the state before
-the latest cutoff, as the state holds it (tool results and arguments whole). Each summary rewrites
-it atomically from the state (S1: nothing is ever deleted, so the new file is the old one plus the
-new span), so the summary message can name one path that holds every compressed message in a
-single read, however many summaries came before (issue 21). It is a convenience copy: the event
+the latest cutoff, as the state holds it (tool results and arguments whole). Each summary writes
+it again atomically, extending the previous version with its new span (S1: nothing is ever deleted
+from the state), so the summary message can name one path that holds every compressed message in
+a single read, however many summaries came before (issue 21). It is a convenience copy: the event
 names the immutable history file, and a failed write of the conversation file only makes the
 summary list the earlier files instead.
 """
@@ -101,8 +101,13 @@ def conversation_path(thread_id: str | None, messages: Sequence[BaseMessage]) ->
     return f"{HISTORY_DIR}/{_safe_thread(thread_id)}-{digest}{CONVERSATION_SUFFIX}"
 
 
+def in_history_dir(path: str) -> bool:
+    """A history file or the conversation file (not an offloaded result)."""
+    return path.startswith(f"{HISTORY_DIR}/")
+
+
 def is_conversation_file(path: str) -> bool:
-    return path.startswith(f"{HISTORY_DIR}/") and path.endswith(CONVERSATION_SUFFIX)
+    return in_history_dir(path) and path.endswith(CONVERSATION_SUFFIX)
 
 
 def write_conversation(
@@ -135,11 +140,10 @@ def _written_prefix(workdir: Workdir, path: str, messages: Sequence[BaseMessage]
     """The message lines of the conversation file at `path` and their count, when they hold a
     prefix of `messages`; else (b"", 0)."""
     try:
-        data = workdir.read_bytes(path)
-        header = json.loads(data.partition(b"\n")[0])
+        header_line, _, body = workdir.read_bytes(path).partition(b"\n")
+        header = json.loads(header_line)
     except (OSError, WorkdirError, ValueError):
         return b"", 0
-    body = data.partition(b"\n")[2]
     count = header.get("message_count") if isinstance(header, dict) else None
     if not isinstance(count, int) or not 0 < count <= len(messages) or body.count(b"\n") != count:
         return b"", 0

@@ -29,7 +29,7 @@ from ctxpress.summary.carried import (
 )
 from ctxpress.summary.cutoff import choose_cutoff
 from ctxpress.summary.event import EffectiveMessages, SummarizationEvent, make_summary_message
-from ctxpress.summary.history import HISTORY_DIR, HistoryRange, write_conversation, write_history
+from ctxpress.summary.history import HistoryRange, in_history_dir, write_conversation, write_history
 from ctxpress.summary.summarizer import (
     SummaryOutcome,
     asummarize,
@@ -336,7 +336,7 @@ def save_history(workdir: Workdir, plan: SummaryPlan) -> SavedHistory:
         return SavedHistory(None, short_error(exc))
     if not plan.conversation:
         return SavedHistory(file_path, None)
-    history_files = [path for path in plan.span.earlier_files if path.startswith(f"{HISTORY_DIR}/")]
+    history_files = [path for path in plan.span.earlier_files if in_history_dir(path)]
     try:
         conversation_file = write_conversation(
             workdir, plan.span.thread_id, plan.conversation, [*history_files, file_path]

@@ -99,8 +99,8 @@ _leading_writes: ContextVar[tuple[_WriteStatement, ...]] = ContextVar("leading_c
 
 
 def _thread_key(config: RunnableConfig) -> _ThreadKey:
-    configurable = config.get("configurable") or {}
-    return str(configurable.get("thread_id")), str(configurable.get("checkpoint_ns") or "")
+    thread_id, namespace, _ = _read_key(config)
+    return thread_id, namespace
 
 
 @asynccontextmanager
