@@ -106,7 +106,12 @@ def test_sigkill_in_the_middle_of_an_automatic_compression(
     # What the kill left on disk: the history file is whole or absent, never half of it.
     assert workdir_problems(root, allow_temp=True) == []
     leftovers = sorted(p.name for p in (root / HISTORY_DIR).glob(TEMP_PREFIX + "*"))
-    assert bool(leftovers) == (point == "history_write"), "the premise: the kill interrupted a history write"
+    if point == "history_write":
+        assert leftovers, "the premise: the kill interrupted a history write"
+    elif point == "tool_after_summary":
+        assert not leftovers, "the files were whole before the summary's event was checkpointed"
+    # summary_call: the history file and the conversation file are written while the summary model
+    # runs (`asave_and_summarize`), so the kill may or may not catch one of them half-written.
 
     service.start()
     client = service.client(token)
