@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
+from ctxpress.app.server.runtime.worker import RunWorker
 from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
 from ctxpress.app.testing.records import query_sql
 from tests.fakes import ScriptedChatModel
@@ -101,6 +104,47 @@ def test_runs_wait_for_a_free_worker_slot(start_server: ServerFactory) -> None:
     assert second["queued"] is True and second["queued_because"] == "workers_busy" and second["position"] == 1
     gate.set()
     assert wait_for_status(alice, second["run"]["id"], {"succeeded"})["status"] == "succeeded"
+
+
+async def _hold_queue_loop(worker: RunWorker) -> None:
+    poll_loop = worker._loops[0]
+    poll_loop.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await poll_loop
+
+
+async def _release_queue_loop(worker: RunWorker) -> None:
+    worker._loops[0] = asyncio.create_task(worker._poll_loop())
+    worker.nudge()
+
+
+def test_a_freed_slot_goes_to_the_oldest_waiting_run(start_server: ServerFactory) -> None:
+    """FIFO across conversations (S18): between a run's end and the worker's next look at the queue,
+    a new message must not take the freed slot from an older run that waits for one. Under load that
+    window is real (a client sends its next message the moment its run ends); the test holds the
+    worker's queue loop to open it on purpose."""
+    gate = threading.Event()
+    server = start_server(agents=[gated_agent(gate)], max_concurrent_runs=1)
+    alice = server.client(server.create_user("alice"))
+    first = send(alice, create_conversation(alice), "一")
+    older = send(alice, create_conversation(alice), "二")
+    assert first["started"] is True and older["queued_because"] == "workers_busy"
+
+    worker = server.services.worker
+    server.call(_hold_queue_loop(worker))
+    gate.set()
+    assert wait_for_status(alice, first["run"]["id"], {"succeeded"})["status"] == "succeeded"
+    newer = send(alice, create_conversation(alice), "三")
+    assert newer["started"] is False and newer["queued_because"] == "workers_busy"
+    assert alice.get(f"/api/runs/{older['run']['id']}").json()["status"] == "queued"
+
+    server.call(_release_queue_loop(worker))
+    older_run = wait_for_status(alice, older["run"]["id"], {"succeeded"})
+    newer_run = wait_for_status(alice, newer["run"]["id"], {"succeeded"})
+    assert older_run["status"] == newer_run["status"] == "succeeded"
+    assert older_run["started_at"] <= newer_run["started_at"]
+    # With nothing queued, a message starts at once again.
+    assert send(alice, create_conversation(alice), "四")["started"] is True
 
 
 def test_cancel_a_running_run(start_server: ServerFactory) -> None:

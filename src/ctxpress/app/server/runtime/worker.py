@@ -1,8 +1,10 @@
 """Background execution of runs inside the service process, with leases so a crash strands nothing.
 
-- Claiming: intake starts a run directly when its conversation is idle and this process has a free
-  slot. Fairness: a user holds at most `max_runs_per_user` of this process's slots; a user's further
-  runs wait (`user_run_limit`) while other users' runs take the free slots. Everything else waits as `queued`; the poll loop (woken on every local change, and every
+- Claiming: intake starts a run directly when its conversation is idle, this process has a free
+  slot and no older queued run may be waiting for one (a freed slot goes to the oldest waiting run,
+  FIFO across conversations). Fairness: a user holds at most `max_runs_per_user` of this process's
+  slots; a user's further runs wait (`user_run_limit`) while other users' runs take the free slots.
+  Everything else waits as `queued`; the poll loop (woken on every local change, and every
   `poll_seconds` for other processes' changes) finds conversations whose queue head may start and
   claims it under `try_conversation_lock` — on PostgreSQL `SELECT … FOR UPDATE SKIP LOCKED`, so
   several service processes share one queue without waiting on each other.
@@ -78,6 +80,12 @@ class RunWorker:
         #: found nothing left. A finished run re-reads the queue only while it is set; runs queued by
         #: other processes are found by the timed poll (every `poll_seconds`).
         self._queue_may_hold_runs = True
+        #: Whether queued runs may be waiting for a free slot: set when a slot frees or a run is
+        #: queued while runs may be queued, and by a queue read that ran out of slots; cleared by a
+        #: queue read that started every waiting run it found. While set, intake queues a new message
+        #: instead of starting it, so a freed slot goes to the oldest waiting run (FIFO across
+        #: conversations), not to the message that happens to arrive before the queue is read.
+        self._runs_wait_for_slot = True
         self._last_recovery = float("-inf")
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -100,6 +108,11 @@ class RunWorker:
             self._reserved_by_user
         )
         return {user_id for user_id in users if self.user_at_limit(user_id)}
+
+    def reserve_slot_for_new_message(self, user_id: str) -> bool:
+        """Book a slot for a message that arrives now, unless older queued runs may be waiting for
+        one: they go first (the message queues behind them)."""
+        return not self._runs_wait_for_slot and self.reserve_slot(user_id)
 
     def reserve_slot(self, user_id: str) -> bool:
         """Book capacity before claiming a run (claim and launch are separated by a commit)."""
@@ -151,6 +164,8 @@ class RunWorker:
         resumed or cancelled here, or a conversation freed (its queue head may start)."""
         if queued:
             self._queue_may_hold_runs = True
+        if self._queue_may_hold_runs:
+            self._runs_wait_for_slot = True  # until the queue read below says otherwise
         self._wakeup.set()
 
     def cancel_local(self, run_id: str) -> bool:
@@ -232,8 +247,10 @@ class RunWorker:
             # may start when a run ends: keep looking on every finish while any are queued.
             self._queue_may_hold_runs = bool(candidates) or await runs.count_queued() > 0
         started = 0
+        out_of_slots = False
         for conversation_id, user_id in candidates:
             if not self.has_free_slot():
+                out_of_slots = True
                 break
             if not self.reserve_slot(user_id):
                 continue  # this user holds enough slots; another user's run may start
@@ -247,6 +264,8 @@ class RunWorker:
                 continue
             self.launch(run_id, conversation_id, user_id)
             started += 1
+        # Heads left for lack of a slot (or more than this read looked at) still wait.
+        self._runs_wait_for_slot = out_of_slots or len(candidates) >= free * 2
         return started
 
     async def _claim_queue_head(self, conversation_id: str) -> str | None:

@@ -168,7 +168,7 @@ class RunService:
         if untitled and (title := automatic_title(text)):
             # One conditional statement: a rename that commits first wins.
             await ConversationRepository(session).title_if_untitled(conversation_id, title)
-        slot.held = busy is None and self.worker.reserve_slot(user.id)
+        slot.held = busy is None and self.worker.reserve_slot_for_new_message(user.id)
         if slot.held:
             await self.worker.mark_started(session, run)
             return Intake(run, True, None, None)
