@@ -7,8 +7,9 @@ Load: a real `ctxpress serve` process (uvicorn over HTTP on a free 127.0.0.1 por
 default settings, the default agent: the built-in offline model over the knowledge base), once on
 SQLite (a temporary data directory) and once on a fresh PostgreSQL database (created for the run,
 dropped afterwards). Each conversation is an `httpx.AsyncClient` of its own; all conversations send
-their turns at once, each turn waiting for its run: `POST …/runs`, then its SSE stream until
-`run_finished` (a broken stream reconnects with `Last-Event-ID` and counts as an error). Per turn:
+their turns at once, each turn waiting for its run: `POST …/runs/stream` (the message, answered
+with its run's SSE stream) until `run_finished` (a broken stream reconnects at `GET
+/api/runs/{id}/events` with `Last-Event-ID` and counts as an error). Per turn:
 POST → first SSE event, → first `message_delta` (first token), → `run_finished`. Overall: turns
 and SSE events per second; errors (non-2xx, broken streams, runs not ending `succeeded`, turns cut by
 the time limit); lost messages, read back through `GET …/messages` at the end: each user message
@@ -277,9 +278,30 @@ def _on_event(turn: Turn, event_type: str, data: str, elapsed: float) -> None:
             turn.finished = elapsed
 
 
-async def follow_run(client: httpx.AsyncClient, turn: Turn, started: float) -> None:
+async def _read_stream(
+    response: httpx.Response, turn: Turn, started: float, last_id: str | None
+) -> str | None:
+    """Read an open SSE response into `turn`; returns the last event id read."""
+    lines = SseLines()
+    async for line in response.aiter_lines():
+        turn.received += len(line.encode())
+        if (fields := lines.feed(line)) is not None:
+            last_id = fields["id"]
+            _on_event(turn, fields["event"], fields.get("data", "{}"), time.perf_counter() - started)
+    return last_id
+
+
+def _check_end(turn: Turn) -> None:
+    if turn.status is None:
+        turn.errors.append("stream ended without run_finished")
+    elif turn.status != "succeeded":
+        turn.errors.append(f"run {turn.status}")
+
+
+async def follow_run(
+    client: httpx.AsyncClient, turn: Turn, started: float, last_id: str | None = None
+) -> None:
     """Read the run's SSE stream until the server ends it; reconnect with Last-Event-ID if it breaks."""
-    last_id: str | None = None
     for _attempt in range(STREAM_ATTEMPTS):
         headers = {"Last-Event-ID": last_id} if last_id is not None else {}
         try:
@@ -287,22 +309,37 @@ async def follow_run(client: httpx.AsyncClient, turn: Turn, started: float) -> N
                 if response.status_code != 200:
                     turn.errors.append(f"events: HTTP {response.status_code}")
                     return
-                lines = SseLines()
-                async for line in response.aiter_lines():
-                    turn.received += len(line.encode())
-                    if (fields := lines.feed(line)) is not None:
-                        last_id = fields["id"]
-                        elapsed = time.perf_counter() - started
-                        _on_event(turn, fields["event"], fields.get("data", "{}"), elapsed)
+                last_id = await _read_stream(response, turn, started, last_id)
         except httpx.HTTPError as exc:
             turn.errors.append(f"stream broken ({type(exc).__name__})")
             continue
-        if turn.status is None:
-            turn.errors.append("stream ended without run_finished")
-        elif turn.status != "succeeded":
-            turn.errors.append(f"run {turn.status}")
+        _check_end(turn)
         return
     turn.errors.append("stream broken too often")
+
+
+async def send_and_follow(client: httpx.AsyncClient, conversation_id: str, turn: Turn) -> None:
+    """One turn as a client of the service does it in one request: `POST …/runs/stream` (the message,
+    answered with its run's event stream); a broken stream goes on at `GET /api/runs/{id}/events`."""
+    started = time.perf_counter()
+    last_id: str | None = None
+    try:
+        async with client.stream(
+            "POST", f"/api/conversations/{conversation_id}/runs/stream", json={"input": turn.text}
+        ) as response:
+            if response.status_code != 200:
+                turn.errors.append(f"POST runs/stream: HTTP {response.status_code}")
+                return
+            turn.run_id = response.headers["location"].rsplit("/", 1)[-1]
+            last_id = await _read_stream(response, turn, started, last_id)
+    except httpx.HTTPError as exc:
+        if turn.run_id is None:
+            turn.errors.append(f"POST runs/stream: {type(exc).__name__}")
+            return
+        turn.errors.append(f"stream broken ({type(exc).__name__})")
+        await follow_run(client, turn, started, last_id)
+        return
+    _check_end(turn)
 
 
 async def drive_conversation(
@@ -310,19 +347,7 @@ async def drive_conversation(
 ) -> None:
     await start.wait()
     for turn in turns:
-        started = time.perf_counter()
-        try:
-            response = await client.post(
-                f"/api/conversations/{conversation_id}/runs", json={"input": turn.text}
-            )
-        except httpx.HTTPError as exc:
-            turn.errors.append(f"POST runs: {type(exc).__name__}")
-            continue
-        if response.status_code != 202:
-            turn.errors.append(f"POST runs: HTTP {response.status_code}")
-            continue
-        turn.run_id = str(response.json()["run"]["id"])
-        await follow_run(client, turn, started)
+        await send_and_follow(client, conversation_id, turn)
 
 
 async def stored_messages(client: httpx.AsyncClient, conversation_id: str) -> list[dict[str, Any]]:
@@ -1271,8 +1296,9 @@ def report(
         "at once per process (the per-user share lifted to the same: the load is one user's), "
         f"the rest queued FIFO) with the built-in offline model, on SQLite and on a fresh PostgreSQL "
         f"database. {sizes.conversations} conversations, each its own `httpx.AsyncClient`, send "
-        f"{sizes.turns} turns each at the same moment; each turn is `POST …/runs`, then the run's SSE "
-        "stream until `run_finished`. The questions mix knowledge-base questions in Chinese and English "
+        f"{sizes.turns} turns each at the same moment; each turn is `POST …/runs/stream` (the message "
+        "and its run's SSE stream in one request, since issue 17's last session; before, `POST …/runs` "
+        "then `GET /api/runs/{id}/events`) until `run_finished`. The questions mix knowledge-base questions in Chinese and English "
         "(`query_kb`, then an extractive answer streamed in 8-character deltas), a note (`write_file`) and "
         "a listing (`ls`). Times are from the POST: first event (often `run_queued` when every slot "
         "is busy), first token (first `message_delta`), run end (`run_finished`). Lost messages: read "
@@ -1419,23 +1445,20 @@ def load_notes(loads: Sequence[LoadResult]) -> list[str]:
             f" ctxpress ÷ no middleware: service CPU per turn {cpu}, run execution p50 {run}. Below "
             "the threshold (these conversations stay far below 100K) the middleware counts tokens and "
             "publishes two `context_pressure` events per turn (each an event row plus a pressure-record "
-            "upsert, 2 of about 120 event transactions a turn). The phases run one after another on a "
+            "upsert in a transaction of its own: 2 of the turn's SQL transactions). The phases run one after another on a "
             "shared machine, the order alternating between the databases, so part of a difference can "
             "be drift: compare the two databases."
             if pairs
             else ""
         ),
         "",
-        "Where the service's time goes, from `--profile` (cProfile of its event-loop thread during the "
-        "same load; the model and tools run in worker threads and are not in it): SQLAlchemy about a "
-        "third of the busy time, the database drivers and their thread hand-offs 10% (SQLite) to 25% "
-        "(PostgreSQL), asyncio and the HTTP stack most of the rest, LangGraph and LangChain about 2%, "
-        "ctxpress's service code about 4%. Every streamed 8-character delta is one event row written in "
-        "its own transaction, and every SSE stream re-reads its run and the new events each time it is "
-        "woken (and once a second while its run is queued). What would raise throughput: coalescing "
-        "`message_delta` events (one row per few deltas or few milliseconds), handing committed events "
-        "to the in-process streams instead of re-reading them, and on PostgreSQL a second service "
-        "process for the second core (several processes already share one queue).",
+        "Where the service's time goes, from `--profile` (cProfile of the service process during the "
+        "same load): SQLAlchemy about 30% of the busy time, the database drivers and their thread "
+        "hand-offs 12% (SQLite), the HTTP stack 12%, the offline model, knowledge base and engine 10%, "
+        "LangGraph and LangChain 5%, asyncio and the rest of Python the remainder. Token deltas are "
+        "live only (coalesced, never an SQL row); what the chat record stores per turn is the intake, "
+        "each step's messages with their events and usage, the pressure events and the finish, beside "
+        "the checkpointer's writes.",
     ]
 
 

@@ -230,3 +230,77 @@ def test_a_stored_event_read_while_deltas_are_queued_does_not_skip_them(start_se
     assert [event.type for event in seen][-2:] == ["message_delta", "custom"], seen
     assert seen[-2].data["delta"] == "迟到的"
     wait_for_status(alice, run_id, {"succeeded"})
+
+
+def test_a_message_sent_with_its_stream_reads_the_run_in_the_same_request(
+    start_server: ServerFactory, bus: dict[str, Any]
+) -> None:
+    """`POST …/runs/stream`: the intake, answered with the run's stream from its first event (no second
+    request); a break continues at `GET` `Location`/events with Last-Event-ID, every delta once."""
+    gate = threading.Event()
+    model = PacedChatModel(script=long_answer, pause_after_chunks=20, pause_gate=gate)
+    server = start_server(agents=[paced_agent(model)], delta_max_chars=12, **bus)
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+
+    first: list[SseEvent] = []
+    with alice.stream(
+        "POST", f"/api/conversations/{conversation_id}/runs/stream", json={"input": "讲长一点"}
+    ) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        run_path = response.headers["location"]
+        for event in iter_events(response):
+            first.append(event)
+            if len([e for e in first if e.type == "message_delta"]) == 3:
+                break  # the connection drops here
+    assert first[0].type == "run_started" and first[0].data["run_id"] == run_path.rsplit("/", 1)[-1]
+    assert alice.get(run_path).json()["status"] == "running"
+
+    rest: list[SseEvent] = []
+    with alice.stream("GET", f"{run_path}/events", headers={"Last-Event-ID": first[-1].id}) as response:
+        for event in iter_events(response):
+            rest.append(event)
+            if len(delta_text(first + rest)) >= 20 * 6 and not gate.is_set():
+                gate.set()
+    gate.set()
+    everything = first + rest
+    positions = [event.position for event in everything]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    assert rest[-1].type == "run_finished" and rest[-1].data["status"] == "succeeded"
+    assert delta_text(everything) == LONG_ANSWER == stored_assistant_texts(alice, conversation_id)[0]
+    # The same stored events as the run's own stream replays.
+    stored = [event for event in everything if not event.position.is_live]
+    assert read_events(alice, run_path.rsplit("/", 1)[-1]) == stored
+
+
+def test_a_streamed_message_that_waits_says_so_first(start_server: ServerFactory) -> None:
+    gate = threading.Event()
+    server = start_server(agents=[echo_agent(gate)])
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+    running = send(alice, conversation_id, "第一个")
+    with alice.stream(
+        "POST", f"/api/conversations/{conversation_id}/runs/stream", json={"input": "第二个"}
+    ) as response:
+        events = iter_events(response)
+        queued = next(events)
+        assert queued.type == "run_queued" and queued.data == {"position": 1, "reason": "running"}
+        gate.set()
+        rest = list(events)
+    assert rest[0].type == "run_started" and rest[-1].type == "run_finished"
+    assert wait_for_status(alice, running["run"]["id"], {"succeeded"})["status"] == "succeeded"
+    assert stored_assistant_texts(alice, conversation_id) == ["回声：第一个", "回声：第二个"]
+
+
+def test_a_refused_streamed_message_is_answered_before_any_event(start_server: ServerFactory) -> None:
+    server = start_server(agents=[echo_agent()], max_input_chars=10)
+    alice = server.client(server.create_user("alice"))
+    bob = server.client(server.create_user("bob"))
+    conversation_id = create_conversation(alice)
+    path = f"/api/conversations/{conversation_id}/runs/stream"
+    too_long = alice.post(path, json={"input": "长" * 11})
+    assert too_long.status_code == 400 and too_long.json()["error"]["code"] == "input_too_long"
+    not_hers = bob.post(path, json={"input": "你好"})
+    assert not_hers.status_code == 404 and not_hers.json()["error"]["code"] == "not_found"
+    assert alice.get(f"/api/conversations/{conversation_id}/messages").json()["items"] == []

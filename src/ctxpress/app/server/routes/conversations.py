@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, status
+from sse_starlette import EventSourceResponse
 
 from ctxpress.app.server.db.models import RUN_QUEUED
 from ctxpress.app.server.routes.deps import (
@@ -13,6 +14,8 @@ from ctxpress.app.server.routes.deps import (
     UserDep,
     UtcInstant,
 )
+from ctxpress.app.server.routes.event_stream import run_event_stream
+from ctxpress.app.server.runtime.live_events import EventPosition
 from ctxpress.app.server.schemas import (
     ConversationOut,
     ConversationPage,
@@ -135,6 +138,45 @@ async def create_run(
         position=intake.position,
         queued_because=intake.queued_because,
     )
+
+
+@router.post(
+    "/{conversation_id}/runs/stream",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "content": {"text/event-stream": {}},
+            "description": "The run's events as server-sent events, as `GET /api/runs/{id}/events` "
+            "sends them from its first one.",
+            "headers": {
+                "Location": {
+                    "description": "The run (`/api/runs/{id}`): cancel it there, or continue a broken "
+                    "stream at `…/events` with `Last-Event-ID`",
+                    "schema": {"type": "string"},
+                }
+            },
+        },
+        400: {"model": ErrorResponse},
+        409: {
+            "model": ThreadBusyResponse,
+            "description": "`thread_busy` with reason `compressing`, as for `POST …/runs`.",
+            "headers": {"Retry-After": {"description": "Seconds to wait", "schema": {"type": "integer"}}},
+        },
+        413: {"model": ErrorResponse},
+    },
+)
+async def create_run_streaming(
+    conversation_id: str, body: CreateRunRequest, user: UserDep, services: ServicesDep
+) -> EventSourceResponse:
+    """Send a message and read its run in the same request: `POST …/runs`, answered with the run's
+    event stream (its first event `run_started`, or `run_queued` with the place and the reason)
+    instead of the JSON acceptance. A refusal (404, 409 `compressing`, 413) comes before any event,
+    as for `POST …/runs`; once the stream has begun the message is in the chat record. The `Location`
+    header names the run; a client whose stream breaks continues at `GET /api/runs/{id}/events`
+    with the last `id:` it read as `Last-Event-ID`."""
+    intake = await services.runs.submit(user, conversation_id, body.input)
+    run_id = intake.run.id
+    return run_event_stream(services, run_id, EventPosition(0), headers={"Location": f"/api/runs/{run_id}"})
 
 
 @router.get("/{conversation_id}/runs", response_model=RunList)

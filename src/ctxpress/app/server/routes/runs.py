@@ -1,15 +1,13 @@
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, status
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import EventSourceResponse
 
 from ctxpress.app.server.errors import InvalidLastEventIdError
 from ctxpress.app.server.routes.deps import AUTHENTICATED_RESPONSES, MAX_ROW_ID, ServicesDep, UserDep
-from ctxpress.app.server.runtime.container import Services
+from ctxpress.app.server.routes.event_stream import run_event_stream
 from ctxpress.app.server.runtime.live_events import POSITION_PATTERN, EventPosition
 from ctxpress.app.server.schemas import ErrorResponse, ResumeRunRequest, RunOut
 
@@ -90,18 +88,4 @@ async def run_events(
                 "Last-Event-ID must be an event id (`41`, or `41-7` for a message_delta)"
             )
         cursor = max(cursor, position)
-    return EventSourceResponse(
-        _as_sse(services, run_id, cursor), ping=int(max(1, services.settings.sse_ping_seconds))
-    )
-
-
-async def _as_sse(services: Services, run_id: str, cursor: EventPosition) -> AsyncIterator[ServerSentEvent]:
-    clients = services.metrics.sse_clients
-    clients.inc()
-    try:
-        async for event in services.events.follow(run_id, after=cursor):
-            yield ServerSentEvent(
-                data=json.dumps(event.data, ensure_ascii=False), event=event.type, id=str(event.position)
-            )
-    finally:
-        clients.dec()
+    return run_event_stream(services, run_id, cursor)
