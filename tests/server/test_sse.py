@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage
+from sqlalchemy import event as sqlalchemy_event
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.testing.api import (
@@ -304,3 +305,35 @@ def test_a_refused_streamed_message_is_answered_before_any_event(start_server: S
     not_hers = bob.post(path, json={"input": "你好"})
     assert not_hers.status_code == 404 and not_hers.json()["error"]["code"] == "not_found"
     assert alice.get(f"/api/conversations/{conversation_id}/messages").json()["items"] == []
+
+
+def test_a_streamed_message_starts_its_stream_from_the_bus(start_server: ServerFactory, backend: str) -> None:
+    """`POST …/runs/stream` on the embedded default (one process, SQLite: the in-process bus carries
+    every event, the intake's first one included): the stream reads the run's events from SQL only
+    once, at the end, to be sure nothing was missed. Without a bus that sees every writer
+    (PostgreSQL without Redis) it also reads them at the start."""
+    server = start_server(agents=[echo_agent()])
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+    warm_up = send(alice, conversation_id, "预热")  # the first run of a process; not counted
+    wait_for_status(alice, warm_up["run"]["id"], {"succeeded"})
+    event_reads: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if "FROM run_events" in statement:
+            event_reads.append(statement)
+
+    engine = server.services.database.engine.sync_engine
+    sqlalchemy_event.listen(engine, "before_cursor_execute", record)
+    try:
+        with alice.stream(
+            "POST", f"/api/conversations/{conversation_id}/runs/stream", json={"input": "一段足够长的问题"}
+        ) as response:
+            streamed = list(iter_events(response))
+    finally:
+        sqlalchemy_event.remove(engine, "before_cursor_execute", record)
+    assert streamed[0].type == "run_started" and streamed[-1].type == "run_finished"
+    assert delta_text(streamed) == "回声：一段足够长的问题"
+    assert len(event_reads) == (1 if backend == "sqlite" else 2)
+    stored = [event for event in streamed if not event.position.is_live]
+    assert read_events(alice, streamed[0].data["run_id"]) == stored

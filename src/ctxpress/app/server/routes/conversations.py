@@ -176,7 +176,9 @@ async def create_run_streaming(
     with the last `id:` it read as `Last-Event-ID`."""
     intake = await services.runs.submit(user, conversation_id, body.input)
     run_id = intake.run.id
-    return run_event_stream(services, run_id, EventPosition(0), headers={"Location": f"/api/runs/{run_id}"})
+    return run_event_stream(
+        services, run_id, EventPosition(0), accepted_here=True, headers={"Location": f"/api/runs/{run_id}"}
+    )
 
 
 @router.get("/{conversation_id}/runs", response_model=RunList)

@@ -12,21 +12,29 @@ from ctxpress.app.server.runtime.live_events import EventPosition
 
 
 def run_event_stream(
-    services: Services, run_id: str, after: EventPosition, headers: dict[str, str] | None = None
+    services: Services,
+    run_id: str,
+    after: EventPosition,
+    *,
+    accepted_here: bool = False,
+    headers: dict[str, str] | None = None,
 ) -> EventSourceResponse:
-    """The run's events after `after` until it finishes or waits for input, each with its `id:`."""
+    """The run's events after `after` until it finishes or waits for input, each with its `id:`
+    (`accepted_here`: a run this request's intake has just created, followed from its start)."""
     return EventSourceResponse(
-        _as_sse(services, run_id, after),
+        _as_sse(services, run_id, after, accepted_here),
         ping=int(max(1, services.settings.sse_ping_seconds)),
         headers=headers,
     )
 
 
-async def _as_sse(services: Services, run_id: str, cursor: EventPosition) -> AsyncIterator[ServerSentEvent]:
+async def _as_sse(
+    services: Services, run_id: str, cursor: EventPosition, accepted_here: bool
+) -> AsyncIterator[ServerSentEvent]:
     clients = services.metrics.sse_clients
     clients.inc()
     try:
-        async for event in services.events.follow(run_id, after=cursor):
+        async for event in services.events.follow(run_id, after=cursor, accepted_here=accepted_here):
             yield ServerSentEvent(
                 data=json.dumps(event.data, ensure_ascii=False), event=event.type, id=str(event.position)
             )

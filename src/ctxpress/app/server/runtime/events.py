@@ -28,7 +28,7 @@ from ctxpress.app.server.db.models import RUN_WAITING_INPUT, TERMINAL_RUN_STATUS
 from ctxpress.app.server.metrics import ServiceMetrics
 from ctxpress.app.server.repositories.run_events import RunEventRepository
 from ctxpress.app.server.repositories.runs import RunRepository
-from ctxpress.app.server.runtime.live_events import EventPosition, LiveBus, LiveEvent
+from ctxpress.app.server.runtime.live_events import EventPosition, LiveBus, LiveEvent, LiveSubscriber
 
 # The library's stream events are SSE events of the same name: their names are the library's.
 from ctxpress.events import CONTEXT_COMPRESSION as CONTEXT_COMPRESSION
@@ -48,6 +48,8 @@ RUN_FINISHED: Final = "run_finished"
 ERROR: Final = "error"
 CUSTOM: Final = "custom"
 
+#: A run's first event (stored by the intake that accepted it).
+FIRST_EVENT_TYPES: Final = frozenset({RUN_QUEUED_EVENT, RUN_STARTED})
 #: After these the follower checks the run's status in SQL: its stream may end.
 ENDING_EVENT_TYPES: Final = frozenset({RUN_FINISHED, INTERRUPT})
 REPLAY_BATCH = 500
@@ -74,6 +76,7 @@ class EventLog:
         self.bus = bus
         self.metrics = metrics
         self.poll_seconds = poll_seconds
+        self.bus_sees_everything = bus_sees_everything
         self.silence_seconds = max(poll_seconds, BUS_RECHECK_SECONDS) if bus_sees_everything else poll_seconds
         self._durable_listeners: dict[str, DurableListener] = {}
 
@@ -109,44 +112,69 @@ class EventLog:
             if self._durable_listeners.get(run_id) is listener:
                 del self._durable_listeners[run_id]
 
-    async def follow(self, run_id: str, *, after: EventPosition) -> AsyncIterator[LiveEvent]:
+    async def follow(
+        self, run_id: str, *, after: EventPosition, accepted_here: bool = False
+    ) -> AsyncIterator[LiveEvent]:
         """Events after `after`, until the run finishes or waits for input.
 
         A stream for a run in `waiting_input` ends after its `interrupt` event; after `resume`, the
         client reconnects with `Last-Event-ID` and continues from there.
+
+        `accepted_here`: the run was created by this process's intake just now (`POST …/runs/stream`)
+        and is followed from its start; when every writer publishes on this bus and the bus's backlog
+        still begins with the run's first event (the in-process bus publishes at commit; Redis may not
+        have it yet), each of its events is in the backlog or still to come: the stream starts
+        without reading SQL.
         """
         cursor = after
         # Subscribed before the one read: what is published after the read is on the bus, and the
         # read (status first) holds everything a finished run will ever have -- a replay needs no
         # second read, a live stream no read before subscribing.
         async with self.bus.subscribe(run_id) as subscriber:
-            run, durable = await self._durable_after(run_id, cursor)
-            # What the bus delivered during the read goes in with it, in order: a stored event the
-            # read found may be newer than deltas already queued (they were published before it
-            # was committed), and sending it first would leave them behind the client's position.
-            catch_up: list[LiveEvent] = [*durable, *subscriber.drain()]
-            if _executing(run):
-                catch_up += [e for e in subscriber.backlog if e.position.is_live]
+            if accepted_here and after == EventPosition(0) and self._backlog_from_the_start(subscriber):
+                executing = True
+                catch_up = [*subscriber.backlog, *subscriber.drain()]
+            else:
+                run, durable = await self._durable_after(run_id, cursor)
+                executing = _executing(run)
+                # What the bus delivered during the read goes in with it, in order: a stored event the
+                # read found may be newer than deltas already queued (they were published before it
+                # was committed), and sending it first would leave them behind the client's position.
+                catch_up = [*durable, *subscriber.drain()]
+                if executing:
+                    catch_up += [e for e in subscriber.backlog if e.position.is_live]
+            check_sql = False
             for event in _in_order_after(catch_up, cursor):
                 cursor = event.position
                 self.metrics.live_delivered.labels(source=_source(event)).inc()
                 yield event
-            while _executing(run):
-                batch = await subscriber.next_batch(self.silence_seconds)
-                check_sql = not batch or subscriber.take_gap()
-                for event in batch:
-                    if event.position <= cursor:
-                        continue  # already sent (from the backlog or SQL)
-                    cursor = event.position
-                    self.metrics.live_delivered.labels(source="bus").inc()
-                    yield event
-                    check_sql = check_sql or event.type in ENDING_EVENT_TYPES
+                # (Only possible without the read above: a run that ended before the subscription.)
+                check_sql = check_sql or event.type in ENDING_EVENT_TYPES
+            while executing:
+                if not check_sql:
+                    batch = await subscriber.next_batch(self.silence_seconds)
+                    check_sql = not batch or subscriber.take_gap()
+                    for event in batch:
+                        if event.position <= cursor:
+                            continue  # already sent (from the backlog or SQL)
+                        cursor = event.position
+                        self.metrics.live_delivered.labels(source="bus").inc()
+                        yield event
+                        check_sql = check_sql or event.type in ENDING_EVENT_TYPES
                 if check_sql:
+                    check_sql = False
                     run, durable = await self._durable_after(run_id, cursor)
+                    executing = _executing(run)
                     for event in _in_order_after([*durable, *subscriber.drain()], cursor):
                         cursor = event.position
                         self.metrics.live_delivered.labels(source=_source(event)).inc()
                         yield event
+
+    def _backlog_from_the_start(self, subscriber: LiveSubscriber) -> bool:
+        """The bus holds the run's events from its first one (`run_queued` / `run_started`, stored by
+        the intake), and every later one will reach this bus: no SQL read is needed to start."""
+        backlog = subscriber.backlog
+        return self.bus_sees_everything and bool(backlog) and backlog[0].type in FIRST_EVENT_TYPES
 
     async def _durable_after(self, run_id: str, cursor: EventPosition) -> tuple[Run | None, list[LiveEvent]]:
         async with self.database.session() as session:
