@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.models import RunEvent
@@ -18,6 +18,11 @@ class RunEventRepository:
         self.session.add(event)
         await self.session.flush()
         return event
+
+    async def newest_id(self, run_id: str) -> int:
+        """The id of the run's newest event (0 when it has none)."""
+        query = select(func.max(RunEvent.id)).where(RunEvent.run_id == run_id)
+        return int((await self.session.execute(query)).scalar_one_or_none() or 0)
 
     async def after(self, run_id: str, after_id: int, *, limit: int) -> list[RunEvent]:
         query = (

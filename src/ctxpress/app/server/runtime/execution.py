@@ -34,6 +34,7 @@ from ctxpress.app.server.log_context import run_logging_context
 from ctxpress.app.server.metrics import ServiceMetrics
 from ctxpress.app.server.repositories.messages import MessageRepository
 from ctxpress.app.server.repositories.pressure import PressureRepository
+from ctxpress.app.server.repositories.run_events import RunEventRepository
 from ctxpress.app.server.repositories.runs import RunRepository
 from ctxpress.app.server.repositories.usage import UsageRepository
 from ctxpress.app.server.runtime import events
@@ -82,11 +83,6 @@ class ActiveRun:
 
     run_id: str
     conversation_id: str
-    #: The run as the transaction that started it here committed it (`RunWorker.mark_started`),
-    #: and the id of its newest event then (`run_started`): the deltas to come are positioned after
-    #: it. The executor starts from these instead of reading them back.
-    started: Run
-    newest_event_id: int
     task: asyncio.Task[None] | None = None
     #: Why the task is being cancelled; None while it runs normally.
     stop_reason: StopReason | None = None
@@ -147,7 +143,13 @@ class RunExecutor:
             await self._execute(active)
 
     async def _execute(self, active: ActiveRun) -> None:
-        run, newest_event_id = active.started, active.newest_event_id
+        async with self.database.session() as session:
+            run = await RunRepository(session).get(active.run_id)
+            # Its events so far (`run_started`, stored when it became running; a resumed run's
+            # earlier ones): the deltas to come are positioned after the newest.
+            newest_event_id = await RunEventRepository(session).newest_id(active.run_id)
+        if run is None or run.status != RUN_RUNNING or run.lease_owner != self.worker_id:
+            return
         runtime = self.agents.get(run.agent_name)
         if runtime is None:
             await self._finish(

@@ -25,7 +25,6 @@ import socket
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -44,14 +43,6 @@ logger = logging.getLogger(__name__)
 
 RECOVERY_BATCH = 100
 SHUTDOWN_GRACE_SECONDS = 10.0
-
-
-@dataclass(frozen=True)
-class StartedRun:
-    """A run made `running` here (`RunWorker.mark_started`), as its transaction wrote it."""
-
-    run: Run
-    run_started_event_id: int
 
 
 def new_worker_id() -> str:
@@ -140,26 +131,21 @@ class RunWorker:
         if self._reserved_by_user[user_id] <= 0:
             del self._reserved_by_user[user_id]
 
-    async def mark_started(self, session: AsyncSession, run: Run) -> StartedRun:
+    async def mark_started(self, session: AsyncSession, run: Run) -> None:
         """Make a run `running` here, with its `run_started` event in the same transaction: the event
-        is there (and on every stream) the moment the run is, before the executor does anything.
-        Launch what this returns once the transaction has committed."""
+        is there (and on every stream) the moment the run is, before the executor does anything."""
         RunRepository.start(run, self.worker_id, self.lease_deadline())
         runtime = self.executor.agents.get(run.agent_name)
-        event_id = await self.events.append(
-            session, run.id, events.RUN_STARTED, run_started_data(run, runtime)
-        )
-        return StartedRun(run, event_id)
+        await self.events.append(session, run.id, events.RUN_STARTED, run_started_data(run, runtime))
 
-    def launch(self, started: StartedRun, user_id: str) -> None:
-        """Execute a run this worker has claimed and committed as started (consumes a reserved slot)."""
+    def launch(self, run_id: str, conversation_id: str, user_id: str) -> None:
+        """Execute a run this worker has claimed (consumes a reserved slot)."""
         self._reserved_slots -= 1
         self._unreserve_user(user_id)
-        run = started.run
-        active = ActiveRun(run.id, run.conversation_id, run, started.run_started_event_id, user_id=user_id)
-        self._active[run.id] = active
+        active = ActiveRun(run_id, conversation_id, user_id=user_id)
+        self._active[run_id] = active
         self.metrics.runs_active.set(len(self._active))
-        active.task = asyncio.create_task(self._execute(active), name=f"ctxpress-run-{run.id}")
+        active.task = asyncio.create_task(self._execute(active), name=f"ctxpress-run-{run_id}")
 
     async def _execute(self, active: ActiveRun) -> None:
         try:
@@ -269,20 +255,20 @@ class RunWorker:
             if not self.reserve_slot(user_id):
                 continue  # this user holds enough slots; another user's run may start
             try:
-                started_run = await self._claim_queue_head(conversation_id)
+                run_id = await self._claim_queue_head(conversation_id)
             except BaseException:
                 self.release_slot(user_id)
                 raise
-            if started_run is None:
+            if run_id is None:
                 self.release_slot(user_id)
                 continue
-            self.launch(started_run, user_id)
+            self.launch(run_id, conversation_id, user_id)
             started += 1
         # Heads left for lack of a slot (or more than this read looked at) still wait.
         self._runs_wait_for_slot = out_of_slots or len(candidates) >= free * 2
         return started
 
-    async def _claim_queue_head(self, conversation_id: str) -> StartedRun | None:
+    async def _claim_queue_head(self, conversation_id: str) -> str | None:
         async with (
             self.database.session() as session,
             try_conversation_lock(session, conversation_id) as locked,
@@ -296,7 +282,8 @@ class RunWorker:
             head = await runs.head_of_queue(conversation_id)
             if head is None:
                 return None
-            return await self.mark_started(session, head)
+            await self.mark_started(session, head)
+            return head.id
 
     async def heartbeat(self) -> None:
         run_ids = list(self._active)

@@ -41,7 +41,7 @@ from ctxpress.app.server.runtime.locks import (
     conversation_lock,
     try_conversation_lock,
 )
-from ctxpress.app.server.runtime.worker import RunWorker, StartedRun
+from ctxpress.app.server.runtime.worker import RunWorker
 from ctxpress.app.server.usecases.conversations import automatic_title
 from ctxpress.app.server.usecases.message_limits import MessageBudget, check_message_size, message_budget
 
@@ -55,17 +55,12 @@ class Intake:
     """The answer to a new message: started at once, or queued (and why)."""
 
     run: Run
-    #: Set when the run started at once (the caller launches it once the intake has committed).
-    started_run: StartedRun | None
+    started: bool
     #: 1-based place in the conversation's queue when queued.
     position: int | None
     #: "running" | "waiting_input" | "queued" (conversation busy), "workers_busy" (no free slot) or
     #: "user_run_limit" (the user's share of the slots is taken).
     queued_because: str | None
-
-    @property
-    def started(self) -> bool:
-        return self.started_run is not None
 
 
 @dataclass
@@ -119,8 +114,8 @@ class RunService:
             if slot.held:
                 self.worker.release_slot(user.id)
             raise
-        if intake.started_run is not None:  # committed as started: it runs here
-            self.worker.launch(intake.started_run, user.id)
+        if intake.started:  # committed as started: it runs here
+            self.worker.launch(intake.run.id, conversation_id, user.id)
         else:
             self.worker.nudge(queued=True)
         return intake
@@ -175,13 +170,14 @@ class RunService:
             await ConversationRepository(session).title_if_untitled(conversation_id, title)
         slot.held = busy is None and self.worker.reserve_slot_for_new_message(user.id)
         if slot.held:
-            return Intake(run, await self.worker.mark_started(session, run), None, None)
+            await self.worker.mark_started(session, run)
+            return Intake(run, True, None, None)
         position = await runs.queue_position(run)
         queued_because = busy.reason if busy else self._why_no_slot(user.id)
         await self.events.append(
             session, run.id, events.RUN_QUEUED_EVENT, {"position": position, "reason": queued_because}
         )
-        return Intake(run, None, position, queued_because)
+        return Intake(run, False, position, queued_because)
 
     def _why_no_slot(self, user_id: str) -> str:
         return USER_RUN_LIMIT if self.worker.user_at_limit(user_id) else WORKERS_BUSY
@@ -191,7 +187,6 @@ class RunService:
         run = await self.get_owned(user, run_id)
         async with self.database.session() as session:
             slot_reserved = False
-            started_run: StartedRun | None = None
             try:
                 async with conversation_lock(session, run.conversation_id):
                     runs = RunRepository(session)
@@ -212,7 +207,7 @@ class RunService:
                     current.interrupts = None
                     slot_reserved = self.worker.reserve_slot(user.id)
                     if slot_reserved:
-                        started_run = await self.worker.mark_started(session, current)
+                        await self.worker.mark_started(session, current)
                     else:
                         current.status = RUN_QUEUED  # still first of its conversation's queue
                     run = current
@@ -220,8 +215,8 @@ class RunService:
                 if slot_reserved:
                     self.worker.release_slot(user.id)
                 raise
-        if started_run is not None:
-            self.worker.launch(started_run, user.id)
+        if slot_reserved:
+            self.worker.launch(run.id, run.conversation_id, user.id)
         else:
             self.worker.nudge(queued=True)
         return run
