@@ -320,7 +320,7 @@ def test_a_streamed_message_starts_its_stream_from_the_bus(start_server: ServerF
     event_reads: list[str] = []
 
     def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if "FROM run_events" in statement:
+        if "FROM run_events" in statement and "run_events.id >" in statement:  # a stream's read
             event_reads.append(statement)
 
     engine = server.services.database.engine.sync_engine
