@@ -337,3 +337,31 @@ def test_a_streamed_message_starts_its_stream_from_the_bus(start_server: ServerF
     assert len(event_reads) == (1 if backend == "sqlite" else 2)
     stored = [event for event in streamed if not event.position.is_live]
     assert read_events(alice, streamed[0].data["run_id"]) == stored
+
+
+def test_a_stream_checks_its_owner_and_reads_its_events_in_one_transaction(
+    start_server: ServerFactory,
+) -> None:
+    """`GET /api/runs/{id}/events`: the request's authentication, then one transaction that checks the
+    run's owner and reads the events the client has not seen; a finished run's replay needs no other.
+    Another user's run is a 404 before any event, as before."""
+    server = start_server(agents=[echo_agent()])
+    alice = server.client(server.create_user("alice"))
+    bob = server.client(server.create_user("bob"))
+    run_id = send(alice, create_conversation(alice), "问一句")["run"]["id"]
+    wait_for_status(alice, run_id, {"succeeded"})
+    transactions: list[int] = []
+
+    def record(_conn: Any) -> None:
+        transactions.append(1)
+
+    engine = server.services.database.engine.sync_engine
+    sqlalchemy_event.listen(engine, "begin", record)
+    try:
+        replay = read_events(alice, run_id)
+    finally:
+        sqlalchemy_event.remove(engine, "begin", record)
+    assert replay[0].type == "run_started" and replay[-1].type == "run_finished"
+    assert len(transactions) == 2  # the token's user, then the run with its events
+    not_his = bob.get(f"/api/runs/{run_id}/events")
+    assert not_his.status_code == 404 and not_his.json()["error"]["code"] == "not_found"

@@ -5,7 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, status
 from sse_starlette import EventSourceResponse
 
-from ctxpress.app.server.errors import InvalidLastEventIdError
+from ctxpress.app.server.errors import InvalidLastEventIdError, NotFoundError
 from ctxpress.app.server.routes.deps import AUTHENTICATED_RESPONSES, MAX_ROW_ID, ServicesDep, UserDep
 from ctxpress.app.server.routes.event_stream import run_event_stream
 from ctxpress.app.server.runtime.live_events import POSITION_PATTERN, EventPosition
@@ -77,7 +77,6 @@ async def run_events(
     Once the run has ended its deltas are gone: a replay has the stored events only, and each
     `message` event carries the complete text the deltas before it spelled out.
     """
-    await services.runs.get_owned(user, run_id)
     cursor = EventPosition(0)
     for given in (after, last_event_id):
         if given is None:
@@ -88,4 +87,8 @@ async def run_events(
                 "Last-Event-ID must be an event id (`41`, or `41-7` for a message_delta)"
             )
         cursor = max(cursor, position)
-    return run_event_stream(services, run_id, cursor)
+    # The ownership check and the stream's first read in one transaction, before the answer starts.
+    first = await services.events.first_read(run_id, cursor, owner_id=user.id)
+    if first is None:
+        raise NotFoundError("run not found")
+    return run_event_stream(services, run_id, cursor, first=first)

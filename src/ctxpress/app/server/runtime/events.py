@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Final
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -57,6 +58,15 @@ REPLAY_BATCH = 500
 BUS_RECHECK_SECONDS = 5.0
 
 DurableListener = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class FirstRead:
+    """A stream's first read: its run (status first, as `_durable_after` reads it) and the stored
+    events after the client's position."""
+
+    run: Run
+    events: list[LiveEvent]
 
 
 class EventLog:
@@ -112,8 +122,23 @@ class EventLog:
             if self._durable_listeners.get(run_id) is listener:
                 del self._durable_listeners[run_id]
 
+    async def first_read(self, run_id: str, after: EventPosition, *, owner_id: str) -> FirstRead | None:
+        """The run, if `owner_id` owns it, with its stored events after `after`: a stream's ownership
+        check and its first read in one transaction (None: no such run of this owner). Hand it to
+        `follow` as `first`."""
+        async with self.database.session() as session:
+            run = await RunRepository(session).get_owned(run_id, owner_id)
+            if run is None:
+                return None
+            return FirstRead(run, await self._events_after(session, run_id, after))
+
     async def follow(
-        self, run_id: str, *, after: EventPosition, accepted_here: bool = False
+        self,
+        run_id: str,
+        *,
+        after: EventPosition,
+        accepted_here: bool = False,
+        first: FirstRead | None = None,
     ) -> AsyncIterator[LiveEvent]:
         """Events after `after`, until the run finishes or waits for input.
 
@@ -125,6 +150,10 @@ class EventLog:
         still begins with the run's first event (the in-process bus publishes at commit; Redis may not
         have it yet), each of its events is in the backlog or still to come: the stream starts
         without reading SQL.
+
+        `first`: the read the caller made before subscribing (`first_read`). What was committed
+        between that read and the subscription is in the bus's backlog when the bus sees every
+        writer; otherwise the next read (after `silence_seconds` of quiet) finds it.
         """
         cursor = after
         # Subscribed before the one read: what is published after the read is on the bus, and the
@@ -134,6 +163,11 @@ class EventLog:
             if accepted_here and after == EventPosition(0) and self._backlog_from_the_start(subscriber):
                 executing = True
                 catch_up = [*subscriber.backlog, *subscriber.drain()]
+            elif first is not None:
+                executing = _executing(first.run)
+                catch_up = [*first.events, *subscriber.drain()]
+                if executing:
+                    catch_up += subscriber.backlog  # deltas, and what was stored since the read
             else:
                 run, durable = await self._durable_after(run_id, cursor)
                 executing = _executing(run)
@@ -181,15 +215,19 @@ class EventLog:
             # Status first: final events commit together with the status, so when this read sees
             # the run finished, the event read below sees every event it will ever have.
             run = await RunRepository(session).get(run_id)
-            repository = RunEventRepository(session)
-            found: list[LiveEvent] = []
-            after_id = cursor.durable_id
-            while True:
-                rows = await repository.after(run_id, after_id, limit=REPLAY_BATCH)
-                found += [LiveEvent(run_id, EventPosition(row.id), row.type, row.data) for row in rows]
-                if len(rows) < REPLAY_BATCH:
-                    return run, found
-                after_id = rows[-1].id
+            return run, await self._events_after(session, run_id, cursor)
+
+    @staticmethod
+    async def _events_after(session: AsyncSession, run_id: str, cursor: EventPosition) -> list[LiveEvent]:
+        repository = RunEventRepository(session)
+        found: list[LiveEvent] = []
+        after_id = cursor.durable_id
+        while True:
+            rows = await repository.after(run_id, after_id, limit=REPLAY_BATCH)
+            found += [LiveEvent(run_id, EventPosition(row.id), row.type, row.data) for row in rows]
+            if len(rows) < REPLAY_BATCH:
+                return found
+            after_id = rows[-1].id
 
 
 def _in_order_after(found: list[LiveEvent], cursor: EventPosition) -> list[LiveEvent]:
