@@ -156,33 +156,14 @@ class EventLog:
         writer; otherwise the next read (after `silence_seconds` of quiet) finds it.
         """
         cursor = after
-        # Subscribed before the one read: what is published after the read is on the bus, and the
-        # read (status first) holds everything a finished run will ever have -- a replay needs no
-        # second read, a live stream no read before subscribing.
         async with self.bus.subscribe(run_id) as subscriber:
-            if accepted_here and after == EventPosition(0) and self._backlog_from_the_start(subscriber):
-                executing = True
-                catch_up = [*subscriber.backlog, *subscriber.drain()]
-            elif first is not None:
-                executing = _executing(first.run)
-                catch_up = [*first.events, *subscriber.drain()]
-                if executing:
-                    catch_up += subscriber.backlog  # deltas, and what was stored since the read
-            else:
-                run, durable = await self._durable_after(run_id, cursor)
-                executing = _executing(run)
-                # What the bus delivered during the read goes in with it, in order: a stored event the
-                # read found may be newer than deltas already queued (they were published before it
-                # was committed), and sending it first would leave them behind the client's position.
-                catch_up = [*durable, *subscriber.drain()]
-                if executing:
-                    catch_up += [e for e in subscriber.backlog if e.position.is_live]
+            executing, catch_up = await self._catch_up(run_id, cursor, subscriber, accepted_here, first)
             check_sql = False
             for event in _in_order_after(catch_up, cursor):
                 cursor = event.position
                 self.metrics.live_delivered.labels(source=_source(event)).inc()
                 yield event
-                # (Only possible without the read above: a run that ended before the subscription.)
+                # (Only when the catch-up holds events newer than a read: a run that ended after it.)
                 check_sql = check_sql or event.type in ENDING_EVENT_TYPES
             while executing:
                 if not check_sql:
@@ -203,6 +184,35 @@ class EventLog:
                         cursor = event.position
                         self.metrics.live_delivered.labels(source=_source(event)).inc()
                         yield event
+
+    async def _catch_up(
+        self,
+        run_id: str,
+        cursor: EventPosition,
+        subscriber: LiveSubscriber,
+        accepted_here: bool,
+        first: FirstRead | None,
+    ) -> tuple[bool, list[LiveEvent]]:
+        """Whether the run still executes, and what a new stream sends first (unordered, may repeat)."""
+        if accepted_here and cursor == EventPosition(0) and self._backlog_from_the_start(subscriber):
+            return True, [*subscriber.backlog, *subscriber.drain()]
+        if first is not None:
+            executing = _executing(first.run)
+            catch_up = [*first.events, *subscriber.drain()]
+            # Deltas, and what was stored between the read and the subscription.
+            return executing, catch_up + subscriber.backlog if executing else catch_up
+        # Subscribed before the one read: what is published after the read is on the bus, and the
+        # read (status first) holds everything a finished run will ever have -- a replay needs no
+        # second read, a live stream no read before subscribing.
+        run, durable = await self._durable_after(run_id, cursor)
+        executing = _executing(run)
+        # What the bus delivered during the read goes in with it, in order: a stored event the read
+        # found may be newer than deltas already queued (they were published before it was
+        # committed), and sending it first would leave them behind the client's position.
+        catch_up = [*durable, *subscriber.drain()]
+        if executing:
+            catch_up += [e for e in subscriber.backlog if e.position.is_live]
+        return executing, catch_up
 
     def _backlog_from_the_start(self, subscriber: LiveSubscriber) -> bool:
         """The bus holds the run's events from its first one (`run_queued` / `run_started`, stored by
