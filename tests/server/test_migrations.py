@@ -54,5 +54,9 @@ async def test_text_the_databases_refuse_is_stored_repaired(database: Database) 
         )
         again = await MessageRepository(session).append(conversation_id, None, HumanMessage("y", id="same"))
         await session.commit()
-    assert stored is not None and stored.content == "a\ufffdb\ufffdc"
+    async with database.session() as session:
+        page = await MessageRepository(session).page(conversation_id, after=0, limit=10)
+    assert stored is not None and [message.id for message in page][:1] == [stored]
+    assert page[0].content == "a\ufffdb\ufffdc"
     assert duplicate is not None and again is None, "a message id is recorded once"
+    assert [(message.lc_id, message.content) for message in page[1:]] == [("same", "x")]

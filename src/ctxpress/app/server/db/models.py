@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, cast
 
 from sqlalchemy import (
     JSON,
@@ -24,6 +24,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
@@ -101,6 +102,11 @@ NAMING_CONVENTION = {
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map: ClassVar[dict[Any, Any]] = {datetime: UTCDateTime(), dict[str, Any]: JSONDocument}
+
+
+def table_of(model: type[Base]) -> Table:
+    """The table of a mapped class, for Core statements on hot paths (no unit of work)."""
+    return cast(Table, model.__table__)
 
 
 class User(Base):

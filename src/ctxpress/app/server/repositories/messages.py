@@ -2,40 +2,48 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+from typing import Final
+
 from langchain_core.messages import BaseMessage
 from sqlalchemy import func, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxpress.app.server.db.models import Message
+from ctxpress.app.server.db.models import Message, table_of
 from ctxpress.app.server.serialization import message_role, storable_text, to_jsonable
+
+_MESSAGES: Final = table_of(Message)
+#: Insert unless the conversation already holds a message with this LangChain id (its unique key):
+#: one statement instead of a look-up and an insert, and never an error when two writers race.
+_INSERT_NEW: Final = MappingProxyType(
+    {
+        dialect.__name__.rsplit(".", 1)[-1]: dialect.insert(_MESSAGES)
+        .on_conflict_do_nothing(index_elements=["conversation_id", "lc_id"])
+        .returning(_MESSAGES.c.id)
+        for dialect in (postgresql, sqlite)
+    }
+)
 
 
 class MessageRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    async def append(
-        self, conversation_id: str, run_id: str | None, message: BaseMessage, *, new_id: bool = False
-    ) -> Message | None:
-        """Store `message` at the end of the record; `None` when a message with its id is already
-        there. `new_id`: the caller just minted the message's id, so it is not looked up."""
-        if not new_id and message.id is not None and await self._has_lc_id(conversation_id, message.id):
-            return None
-        record = Message(
-            conversation_id=conversation_id,
-            run_id=run_id,
-            role=message_role(message),
-            lc_id=message.id,
-            content=storable_text(message.text),
-            payload=to_jsonable(message),
-        )
-        self.session.add(record)
-        await self.session.flush()
-        return record
-
-    async def _has_lc_id(self, conversation_id: str, lc_id: str) -> bool:
-        query = select(Message.id).where(Message.conversation_id == conversation_id, Message.lc_id == lc_id)
-        return (await self.session.execute(query.limit(1))).first() is not None
+    async def append(self, conversation_id: str, run_id: str | None, message: BaseMessage) -> int | None:
+        """Store `message` at the end of the record and return its record id; `None` when a message
+        with its id is already there."""
+        connection = await self.session.connection()
+        statement = _INSERT_NEW[connection.dialect.name]
+        row = {
+            "conversation_id": conversation_id,
+            "run_id": run_id,
+            "role": message_role(message),
+            "lc_id": message.id,
+            "content": storable_text(message.text),
+            "payload": to_jsonable(message),
+        }
+        return (await connection.execute(statement, row)).scalar_one_or_none()
 
     async def page(self, conversation_id: str, *, after: int, limit: int) -> list[Message]:
         query = (

@@ -1,23 +1,51 @@
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
 
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxpress.app.server.db.models import RunEvent
+from ctxpress.app.server.db.models import RunEvent, table_of
 from ctxpress.app.server.serialization import to_jsonable
+
+_EVENTS: Final = table_of(RunEvent)
+# Ids in the order of the rows given: PostgreSQL inserts them in one statement that keeps the order,
+# SQLite one statement per row. A Core insert, not the ORM's unit of work: the rows are never read
+# back through this session, and the unit of work cost more than the statement itself.
+_INSERT_EVENTS: Final = insert(_EVENTS).returning(_EVENTS.c.id, sort_by_parameter_order=True)
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to store: its type and its data (any value `to_jsonable` takes)."""
+
+    type: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """A stored event: its id (the SSE id) and its data as stored (JSON-compatible)."""
+
+    id: int
+    type: str
+    data: dict[str, Any]
 
 
 class RunEventRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    async def append(self, run_id: str, event_type: str, data: dict[str, Any]) -> RunEvent:
-        event = RunEvent(run_id=run_id, type=event_type, data=to_jsonable(data))
-        self.session.add(event)
-        await self.session.flush()
-        return event
+    async def append(self, run_id: str, events: Sequence[NewEvent]) -> list[StoredEvent]:
+        """Store `events` in the session's transaction, ids increasing in the order given."""
+        if not events:
+            return []
+        rows = [{"run_id": run_id, "type": event.type, "data": to_jsonable(event.data)} for event in events]
+        connection = await self.session.connection()
+        ids = (await connection.execute(_INSERT_EVENTS, rows)).scalars().all()
+        return [StoredEvent(int(i), row["type"], row["data"]) for i, row in zip(ids, rows, strict=True)]
 
     async def newest_id(self, run_id: str) -> int:
         """The id of the run's newest event (0 when it has none)."""

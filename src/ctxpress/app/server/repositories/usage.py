@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Integer, case, func, select
+from sqlalchemy import Integer, case, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ctxpress.app.server.db.models import UsageRecord
+from ctxpress.app.server.db.models import UsageRecord, table_of
 
 
 @dataclass(frozen=True)
@@ -28,10 +30,11 @@ class UsageRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    async def add(self, record: UsageRecord) -> UsageRecord:
-        self.session.add(record)
-        await self.session.flush()
-        return record
+    async def add(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Store model calls' usage rows (`UsageDraft.to_row`) in the session's transaction."""
+        if rows:
+            connection = await self.session.connection()
+            await connection.execute(insert(table_of(UsageRecord)), list(rows))
 
     async def totals(self, conversation_id: str) -> list[UsageTotals]:
         query = (

@@ -18,7 +18,8 @@ every durable event, `poll_seconds` late at most.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator
+import functools
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -27,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from ctxpress.app.server.db.engine import Database, call_after_commit
 from ctxpress.app.server.db.models import RUN_WAITING_INPUT, TERMINAL_RUN_STATUSES, Run
 from ctxpress.app.server.metrics import ServiceMetrics
-from ctxpress.app.server.repositories.run_events import RunEventRepository
+from ctxpress.app.server.repositories.run_events import NewEvent, RunEventRepository
 from ctxpress.app.server.repositories.runs import RunRepository
 from ctxpress.app.server.runtime.live_events import EventPosition, LiveBus, LiveEvent, LiveSubscriber
 
@@ -92,10 +93,17 @@ class EventLog:
 
     async def append(self, session: AsyncSession, run_id: str, event_type: str, data: dict[str, Any]) -> int:
         """Add a durable event to the session's transaction; it goes live when the transaction commits."""
-        event = await RunEventRepository(session).append(run_id, event_type, data)
-        live = LiveEvent(run_id, EventPosition(event.id), event_type, event.data)
-        call_after_commit(session, lambda: self._went_durable(live))
-        return event.id
+        (event_id,) = await self.append_all(session, run_id, [NewEvent(event_type, data)])
+        return event_id
+
+    async def append_all(self, session: AsyncSession, run_id: str, new: Sequence[NewEvent]) -> list[int]:
+        """Add durable events, in this order, to the session's transaction; they go live, in the same
+        order, when the transaction commits."""
+        stored = await RunEventRepository(session).append(run_id, new)
+        for event in stored:
+            live = LiveEvent(run_id, EventPosition(event.id), event.type, event.data)
+            call_after_commit(session, functools.partial(self._went_durable, live))
+        return [event.id for event in stored]
 
     def _went_durable(self, event: LiveEvent) -> None:
         listener = self._durable_listeners.get(event.run_id)

@@ -34,7 +34,7 @@ from ctxpress.app.server.log_context import run_logging_context
 from ctxpress.app.server.metrics import ServiceMetrics
 from ctxpress.app.server.repositories.messages import MessageRepository
 from ctxpress.app.server.repositories.pressure import PressureRepository
-from ctxpress.app.server.repositories.run_events import RunEventRepository
+from ctxpress.app.server.repositories.run_events import NewEvent, RunEventRepository
 from ctxpress.app.server.repositories.runs import RunRepository
 from ctxpress.app.server.repositories.usage import UsageRepository
 from ctxpress.app.server.runtime import events
@@ -316,10 +316,11 @@ class RunExecutor:
             return {"messages": [user_message]}
         async with self.database.session() as session:
             messages = MessageRepository(session)
+            announced: list[NewEvent] = []
             for patch in patches:
                 if await messages.append(run.conversation_id, run.id, patch) is not None:
-                    for event in mapper.message_events(patch):
-                        await self.events.append(session, run.id, event.type, event.data)
+                    announced += [NewEvent(event.type, event.data) for event in mapper.message_events(patch)]
+            await self.events.append_all(session, run.id, announced)
             await session.commit()
         return {"messages": [*patches, user_message]}
 
@@ -333,32 +334,30 @@ class RunExecutor:
         return unanswered_call_text(reason, conversation_language(user_texts or [run.input["text"]]))
 
     async def _store(self, run: Run, items: list[MappedItem], drafts: list[UsageDraft]) -> None:
-        """Durable events (with their chat-record messages) and usage records, in one transaction."""
+        """Durable events (with their chat-record messages) and usage records, in one transaction;
+        the events in one batch, in the order of `items`, then the usage events."""
         async with self.database.session() as session:
+            new_events: list[NewEvent] = []
             for item in items:
-                await self._write(session, run, item)
-            usage = UsageRepository(session)
-            for draft in drafts:
-                await usage.add(draft.to_record(run.conversation_id, run.id))
-                await self.events.append(
-                    session, run.id, events.USAGE, self.usage_exclusion.event_data(draft)
-                )
+                new_events.extend(await self._write(session, run, item))
+            await UsageRepository(session).add(
+                [draft.to_row(run.conversation_id, run.id) for draft in drafts]
+            )
+            new_events += [NewEvent(events.USAGE, self.usage_exclusion.event_data(draft)) for draft in drafts]
+            await self.events.append_all(session, run.id, new_events)
             await session.commit()
 
-    async def _write(self, session: AsyncSession, run: Run, item: MappedItem) -> None:
+    async def _write(self, session: AsyncSession, run: Run, item: MappedItem) -> list[NewEvent]:
+        """Store what `item` keeps beside its events (a message, the pressure record); its events."""
         if isinstance(item, RecordedMessage):
-            record = await MessageRepository(session).append(run.conversation_id, run.id, item.message)
-            if record is None:
-                return  # already in the chat record (and announced) earlier
-            for event in item.events:
-                await self.events.append(session, run.id, event.type, {**event.data, "record_id": record.id})
-        else:
-            await self.events.append(session, run.id, item.type, item.data)
-            if item.type == events.CONTEXT_PRESSURE:
-                # The status panel's record of the last main-model request (S22), with its event.
-                await record_pressure_event(
-                    PressureRepository(session), run.conversation_id, run.id, item.data
-                )
+            record_id = await MessageRepository(session).append(run.conversation_id, run.id, item.message)
+            if record_id is None:
+                return []  # already in the chat record (and announced) earlier
+            return [NewEvent(event.type, {**event.data, "record_id": record_id}) for event in item.events]
+        if item.type == events.CONTEXT_PRESSURE:
+            # The status panel's record of the last main-model request (S22), with its event.
+            await record_pressure_event(PressureRepository(session), run.conversation_id, run.id, item.data)
+        return [NewEvent(item.type, item.data)]
 
     async def _record_usage(self, run: Run, collector: UsageCollector) -> None:
         drafts = collector.drain()
@@ -376,21 +375,17 @@ class RunExecutor:
             await prune_quietly(self.agents.checkpointer, run.conversation_id, self.metrics)
             if outcome.status == RUN_WAITING_INPUT:
                 runs.wait_for_input(current, outcome.interrupts)
-                for pending in outcome.interrupts:
-                    await self.events.append(
-                        session,
-                        run.id,
-                        events.INTERRUPT,
-                        {"interrupt_id": pending["id"], "value": pending["value"]},
-                    )
+                questions = [
+                    NewEvent(events.INTERRUPT, {"interrupt_id": pending["id"], "value": pending["value"]})
+                    for pending in outcome.interrupts
+                ]
+                await self.events.append_all(session, run.id, questions)
                 return
-            if outcome.error:
-                await self.events.append(session, run.id, events.ERROR, {"message": outcome.error})
             runs.finish(current, outcome.status, outcome.error)
             self.metrics.runs_finished.labels(outcome=outcome.status).inc()
-            await self.events.append(
-                session, run.id, events.RUN_FINISHED, {"status": outcome.status, "error": outcome.error}
-            )
+            final = [NewEvent(events.ERROR, {"message": outcome.error})] if outcome.error else []
+            final.append(NewEvent(events.RUN_FINISHED, {"status": outcome.status, "error": outcome.error}))
+            await self.events.append_all(session, run.id, final)
 
 
 def _announces_interrupt(mode: str, data: Any) -> bool:

@@ -19,7 +19,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 from langgraph.constants import TAG_NOSTREAM
 
-from ctxpress.app.server.db.models import USAGE_MAIN, USAGE_SUMMARY, UsageRecord
+from ctxpress.app.server.db.models import USAGE_MAIN, USAGE_SUMMARY
 
 SUMMARY_SOURCE: Final = "summarization"
 UNKNOWN: Final = "unknown"
@@ -42,20 +42,21 @@ class UsageDraft:
     cache_creation_tokens: int = 0
     total_tokens: int = 0
 
-    def to_record(self, conversation_id: str, run_id: str | None) -> UsageRecord:
-        return UsageRecord(
-            conversation_id=conversation_id,
-            run_id=run_id,
-            category=self.category,
-            provider=self.provider,
-            model=self.model,
-            reported=self.reported,
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            cache_read_tokens=self.cache_read_tokens,
-            cache_creation_tokens=self.cache_creation_tokens,
-            total_tokens=self.total_tokens,
-        )
+    def to_row(self, conversation_id: str, run_id: str | None) -> dict[str, Any]:
+        """The `usage_records` row of this call."""
+        return {
+            "conversation_id": conversation_id,
+            "run_id": run_id,
+            "category": self.category,
+            "provider": self.provider,
+            "model": self.model,
+            "reported": self.reported,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_creation_tokens": self.cache_creation_tokens,
+            "total_tokens": self.total_tokens,
+        }
 
 
 @dataclass(frozen=True)

@@ -347,6 +347,4 @@ def _manual_record(conversation_id: str, result: ManualCompressionResult) -> Man
 
 
 async def _record_usage(session: AsyncSession, conversation_id: str, collector: UsageCollector) -> None:
-    usage = UsageRepository(session)
-    for draft in collector.drain():
-        await usage.add(draft.to_record(conversation_id, None))
+    await UsageRepository(session).add([draft.to_row(conversation_id, None) for draft in collector.drain()])

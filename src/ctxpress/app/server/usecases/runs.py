@@ -164,7 +164,7 @@ class RunService:
         run = await runs.add(locked.conversation, input={"text": text, "message_id": message.id})
         # In the chat record from the moment it is accepted (S1): a run that never
         # starts -- queued, cancelled, or failed after a crash -- still shows it.
-        await MessageRepository(session).append(conversation_id, run.id, message, new_id=True)
+        await MessageRepository(session).append(conversation_id, run.id, message)
         if untitled and (title := automatic_title(text)):
             # One conditional statement: a rename that commits first wins.
             await ConversationRepository(session).title_if_untitled(conversation_id, title)
