@@ -2,12 +2,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import Integer, case, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.models import UsageRecord, table_of
+
+#: A Core insert (executemany): the rows are never read back through the writing session.
+_INSERT_USAGE: Final = insert(table_of(UsageRecord))
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,7 @@ class UsageRepository:
         """Store model calls' usage rows (`UsageDraft.to_row`) in the session's transaction."""
         if rows:
             connection = await self.session.connection()
-            await connection.execute(insert(table_of(UsageRecord)), list(rows))
+            await connection.execute(_INSERT_USAGE, list(rows))
 
     async def totals(self, conversation_id: str) -> list[UsageTotals]:
         query = (
