@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 
 from ctxpress.app.server.db.liveness import CheckoutLiveness
+from ctxpress.app.server.db.sqlite_writers import SqliteWriterTurns
 from ctxpress.app.server.settings import Backend, DatabaseTarget
 
 _DATABASE_KEY = "ctxpress_database"
@@ -93,6 +94,7 @@ def _create_engine(target: DatabaseTarget) -> AsyncEngine:
             target.sqlalchemy_url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}
         )
         event.listen(engine.sync_engine, "connect", _configure_sqlite_connection)
+        SqliteWriterTurns(SQLITE_BUSY_TIMEOUT_SECONDS).install(engine)
         return engine
     engine = create_async_engine(target.sqlalchemy_url, pool_size=10, max_overflow=10)
     CheckoutLiveness().install(engine)  # pings a connection only when it may have died (liveness.py)

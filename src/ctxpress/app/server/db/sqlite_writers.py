@@ -1,0 +1,69 @@
+"""SQLite write transactions of one process take turns in an `asyncio.Lock` (FIFO), not in SQLite's lock.
+
+SQLite lets one connection write at a time. A connection that finds the database locked runs the
+busy handler, which sleeps and tries again (1, 2, 5, … up to 100 ms per sleep): under load a
+pooled connection whose first write meets another transaction's lock waits in those sleeps, long
+after the lock is free. In the 50-conversation load of `bench/service_load.py` 170 of 100 turns'
+statements waited 20 ms or more that way (91 of them 100 ms or more), all of them the first write
+of an intake, a step's store or a pressure record.
+
+Here the first write of a transaction waits for this process's writer turn (an `asyncio.Lock`,
+handed to the next waiter the moment it is released), and the turn ends when the connection goes
+back to the pool -- after its commit or rollback, which a session does as its transaction ends (a
+`commit` event would come before the commit itself). Reads never wait (WAL). A wait longer than
+SQLite's own busy timeout fails as SQLite would ("database is locked"). Other processes on the
+same file (the CLI) still meet SQLite's own lock and its busy timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from typing import Any, Final
+
+from sqlalchemy import event
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.util import await_only
+
+#: Statements that take SQLite's write lock (the service's own; DDL runs only in migrations).
+_WRITES: Final = ("INSERT", "UPDATE", "DELETE", "REPLACE")
+
+
+def is_write(statement: str) -> bool:
+    return statement.lstrip()[:7].upper().startswith(_WRITES)
+
+
+class SqliteWriterTurns:
+    """One writer at a time per process, in arrival order; owned by the service's SQLite engine."""
+
+    def __init__(self, timeout_seconds: float) -> None:
+        self.timeout_seconds = timeout_seconds
+        self._lock = asyncio.Lock()
+        #: The DBAPI connection whose transaction holds the turn (None: nobody).
+        self._holder: Any = None
+
+    def install(self, engine: AsyncEngine) -> None:
+        sync_engine = engine.sync_engine
+        event.listen(sync_engine, "before_cursor_execute", self._before_execute)
+        event.listen(sync_engine.pool, "checkin", self._connection_returned)
+        event.listen(sync_engine.pool, "invalidate", self._connection_returned)
+
+    def _before_execute(self, connection: Connection, _cursor: Any, statement: str, *_args: Any) -> None:
+        dbapi_connection = connection.connection.dbapi_connection
+        if self._holder is dbapi_connection or not is_write(statement):
+            return
+        # Runs inside SQLAlchemy's greenlet of an async call: wait for the turn without blocking
+        # the event loop.
+        try:
+            await_only(asyncio.wait_for(self._lock.acquire(), self.timeout_seconds))
+        except TimeoutError:
+            raise sqlite3.OperationalError(
+                f"database is locked (no write turn within {self.timeout_seconds:g} s)"
+            ) from None
+        self._holder = dbapi_connection
+
+    def _connection_returned(self, dbapi_connection: Any, *_args: Any) -> None:
+        if dbapi_connection is not None and self._holder is dbapi_connection:
+            self._holder = None
+            self._lock.release()

@@ -1,0 +1,92 @@
+"""SQLite write transactions of one process take turns in process (`db/sqlite_writers.py`, issue 17).
+
+The engines here have SQLite's busy timeout at zero: a write that met another transaction's lock in
+SQLite would fail at once ("database is locked"). With the writer turns it waits for the other
+transaction to end instead, and is never in SQLite's busy handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from ctxpress.app.server.db.sqlite_writers import SqliteWriterTurns, is_write
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'w.db'}", connect_args={"timeout": 0})
+    async with engine.begin() as connection:
+        await connection.execute(text("PRAGMA journal_mode=WAL"))
+        await connection.execute(text("CREATE TABLE log (id INTEGER PRIMARY KEY, who TEXT)"))
+    yield engine
+    await engine.dispose()
+
+
+async def _write(engine: AsyncEngine, who: str, *, hold: asyncio.Event | None = None) -> None:
+    async with engine.connect() as connection:
+        await connection.execute(text("SELECT count(*) FROM log"))  # a read first, as sessions do
+        await connection.execute(text("INSERT INTO log (who) VALUES (:who)"), {"who": who})
+        if hold is not None:
+            await hold.wait()
+        await connection.commit()
+
+
+async def _holding_first_then(engine: AsyncEngine, others: list[str]) -> None:
+    """`first` writes and holds its transaction open until every other writer is waiting."""
+    release = asyncio.Event()
+    first = asyncio.create_task(_write(engine, "first", hold=release))
+    await asyncio.sleep(0.05)  # `first` holds SQLite's write lock
+    rest = [asyncio.create_task(_write(engine, who)) for who in others]
+    await asyncio.sleep(0.2)  # they met it
+    release.set()
+    outcomes = await asyncio.gather(first, *rest, return_exceptions=True)  # each one ends
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+
+
+async def test_without_turns_a_second_writer_meets_sqlites_lock(engine: AsyncEngine) -> None:
+    """The premise of the test below: with a zero busy timeout SQLite refuses the second writer."""
+    with pytest.raises(OperationalError, match="database is locked"):
+        await _holding_first_then(engine, ["second"])
+
+
+async def test_writers_wait_for_their_turn_instead_of_meeting_sqlites_lock(engine: AsyncEngine) -> None:
+    SqliteWriterTurns(timeout_seconds=10).install(engine)
+    others = [f"w{n}" for n in range(8)]
+    await _holding_first_then(engine, others)
+    async with engine.connect() as connection:
+        rows = (await connection.execute(text("SELECT who FROM log ORDER BY id"))).scalars().all()
+    # Each waited for the one before it to end (in the order they reached their first write).
+    assert rows[0] == "first" and sorted(rows[1:]) == others
+
+
+async def test_a_writer_that_gets_no_turn_fails_as_sqlite_would(engine: AsyncEngine) -> None:
+    SqliteWriterTurns(timeout_seconds=0.05).install(engine)
+    with pytest.raises(OperationalError, match="database is locked"):
+        await _holding_first_then(engine, ["second"])
+    async with engine.connect() as connection:
+        rows = (await connection.execute(text("SELECT who FROM log"))).scalars().all()
+    assert rows == ["first"], "the writer that held its turn committed"
+
+
+@pytest.mark.parametrize(
+    ("statement", "writes"),
+    [
+        ("INSERT INTO log VALUES (1)", True),
+        ("  update log set who = 'x'", True),
+        ("DELETE FROM log", True),
+        ("REPLACE INTO log VALUES (1, 'x')", True),
+        ("SELECT * FROM log", False),
+        ("PRAGMA wal_checkpoint", False),
+    ],
+)
+def test_which_statements_take_a_turn(statement: str, writes: bool) -> None:
+    assert is_write(statement) is writes
