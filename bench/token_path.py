@@ -31,9 +31,10 @@ from langchain.agents import create_agent
 
 from common import bench_parser
 from ctxpress.app.server.metrics import ServiceMetrics
+from ctxpress.app.server.repositories.run_events import NewEvent
 from ctxpress.app.server.runtime.delta_stream import DeltaStream
 from ctxpress.app.server.runtime.live_events import MemoryLiveBus
-from ctxpress.app.server.runtime.stream_mapping import OutgoingEvent, StreamMapper
+from ctxpress.app.server.runtime.stream_mapping import StreamMapper
 from ctxpress.app.server.runtime.token_tap import TokenTap
 from paced_service import PacedTokenModel
 
@@ -66,7 +67,7 @@ def main() -> None:
             if not mapper:
                 continue
             for item in mapping.map(tuple(namespace), str(mode), data):
-                if deltas and isinstance(item, OutgoingEvent) and item.type == "message_delta":
+                if deltas and isinstance(item, NewEvent) and item.type == "message_delta":
                     coalescer.add(item.data)
         coalescer.close()
 

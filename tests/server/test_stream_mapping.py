@@ -5,7 +5,8 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langgraph.constants import TAG_NOSTREAM
 
-from ctxpress.app.server.runtime.stream_mapping import OutgoingEvent, RecordedMessage, StreamMapper
+from ctxpress.app.server.repositories.run_events import NewEvent
+from ctxpress.app.server.runtime.stream_mapping import RecordedMessage, StreamMapper
 from ctxpress.app.server.runtime.usage_recording import is_summary_call
 
 
@@ -50,7 +51,7 @@ def test_updates_record_new_assistant_and_tool_messages_once() -> None:
 def test_sub_agent_messages_are_shown_not_recorded() -> None:
     items = mapper().map(("task:1",), "updates", {"model": {"messages": AIMessage("子任务", id="sub")}})
     assert items == [
-        OutgoingEvent(
+        NewEvent(
             "message",
             {
                 "message_id": "sub",
@@ -66,7 +67,7 @@ def test_sub_agent_messages_are_shown_not_recorded() -> None:
 
 def test_custom_events_map_one_to_one() -> None:
     payload = {"type": "context_compression", "status": "started", "level": "l1", "tokens_before": 9000}
-    assert mapper().map((), "custom", payload) == [OutgoingEvent("context_compression", payload)]
+    assert mapper().map((), "custom", payload) == [NewEvent("context_compression", payload)]
     pressure = {"type": "context_pressure", "tokens": 10}
-    assert mapper().map((), "custom", pressure) == [OutgoingEvent("context_pressure", pressure)]
-    assert mapper().map((), "custom", "progress 50%") == [OutgoingEvent("custom", {"data": "progress 50%"})]
+    assert mapper().map((), "custom", pressure) == [NewEvent("context_pressure", pressure)]
+    assert mapper().map((), "custom", "progress 50%") == [NewEvent("custom", {"data": "progress 50%"})]

@@ -3,9 +3,9 @@
 SQLite lets one connection write at a time. A connection that finds the database locked runs the
 busy handler, which sleeps and tries again (1, 2, 5, … up to 100 ms per sleep): under load a
 pooled connection whose first write meets another transaction's lock waits in those sleeps, long
-after the lock is free. In the 50-conversation load of `bench/service_load.py` 170 of 100 turns'
-statements waited 20 ms or more that way (91 of them 100 ms or more), all of them the first write
-of an intake, a step's store or a pressure record.
+after the lock is free. In the 100 turns of `bench/service_load.py`'s 50-conversation load, 170
+statements waited 20 ms or more that way (91 of them 100 ms or more), each the first write of an
+intake, a step's store or a pressure record.
 
 Here the first write of a transaction waits for this process's writer turn (an `asyncio.Lock`,
 handed to the next waiter the moment it is released), and the turn ends when the connection goes

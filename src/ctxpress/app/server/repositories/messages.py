@@ -18,10 +18,10 @@ _MESSAGES: Final = table_of(Message)
 #: one statement instead of a look-up and an insert, and never an error when two writers race.
 _INSERT_NEW: Final = MappingProxyType(
     {
-        dialect.__name__.rsplit(".", 1)[-1]: dialect.insert(_MESSAGES)
+        name: dialect_insert(_MESSAGES)
         .on_conflict_do_nothing(index_elements=["conversation_id", "lc_id"])
         .returning(_MESSAGES.c.id)
-        for dialect in (postgresql, sqlite)
+        for name, dialect_insert in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
     }
 )
 

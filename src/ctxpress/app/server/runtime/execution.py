@@ -49,7 +49,6 @@ from ctxpress.app.server.runtime.pressure_recording import record_pressure_event
 from ctxpress.app.server.runtime.stream_mapping import (
     INTERRUPT_UPDATE_KEY,
     MappedItem,
-    OutgoingEvent,
     RecordedMessage,
     StreamMapper,
 )
@@ -240,7 +239,7 @@ class RunExecutor:
                     interrupted = interrupted or _announces_interrupt(mode, data)
                     stored: list[MappedItem] = []
                     for item in mapper.map(tuple(namespace), str(mode), data):
-                        if isinstance(item, OutgoingEvent) and item.type == events.CONTEXT_COMPRESSION:
+                        if isinstance(item, NewEvent) and item.type == events.CONTEXT_COMPRESSION:
                             self._observe_compression(item.data, compression_started)
                         if isinstance(item, RecordedMessage):
                             partial.settled(item.message.id)
@@ -268,9 +267,7 @@ class RunExecutor:
         await runtime.graph.aupdate_state(config, {"messages": [message]}, as_node=node)
         mapper = StreamMapper(tool_result_preview_chars=self.tool_result_preview_chars)
         announced = [
-            OutgoingEvent(event.type, {**event.data, "stopped": True})
-            if event.type == events.MESSAGE
-            else event
+            NewEvent(event.type, {**event.data, "stopped": True}) if event.type == events.MESSAGE else event
             for event in mapper.message_events(message, node=node)
         ]
         await self._store(run, [RecordedMessage(message, announced)], [])
@@ -319,7 +316,7 @@ class RunExecutor:
             announced: list[NewEvent] = []
             for patch in patches:
                 if await messages.append(run.conversation_id, run.id, patch) is not None:
-                    announced += [NewEvent(event.type, event.data) for event in mapper.message_events(patch)]
+                    announced += mapper.message_events(patch)
             await self.events.append_all(session, run.id, announced)
             await session.commit()
         return {"messages": [*patches, user_message]}
@@ -357,7 +354,7 @@ class RunExecutor:
         if item.type == events.CONTEXT_PRESSURE:
             # The status panel's record of the last main-model request (S22), with its event.
             await record_pressure_event(PressureRepository(session), run.conversation_id, run.id, item.data)
-        return [NewEvent(item.type, item.data)]
+        return [item]
 
     async def _record_usage(self, run: Run, collector: UsageCollector) -> None:
         drafts = collector.drain()

@@ -23,6 +23,7 @@ from typing import Any, Final
 from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage, ToolMessage
 
 from ctxpress import events as library_events
+from ctxpress.app.server.repositories.run_events import NewEvent
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.serialization import to_jsonable
 
@@ -35,20 +36,14 @@ NAMED_CUSTOM_EVENTS: frozenset[str] = frozenset(library_events.EVENT_NAMES)
 
 
 @dataclass(frozen=True)
-class OutgoingEvent:
-    type: str
-    data: dict[str, Any]
-
-
-@dataclass(frozen=True)
 class RecordedMessage:
     """A chat-record message and the events announcing it (stored in one transaction)."""
 
     message: BaseMessage
-    events: list[OutgoingEvent] = field(default_factory=list)
+    events: list[NewEvent] = field(default_factory=list)
 
 
-MappedItem = OutgoingEvent | RecordedMessage
+MappedItem = NewEvent | RecordedMessage
 
 
 class StreamMapper:
@@ -91,7 +86,7 @@ class StreamMapper:
 
     def message_events(
         self, message: BaseMessage, *, node: str | None = None, namespace: Namespace = ()
-    ) -> list[OutgoingEvent]:
+    ) -> list[NewEvent]:
         if isinstance(message, ToolMessage):
             content = message.text
             preview = content[: self._preview_chars]
@@ -104,11 +99,11 @@ class StreamMapper:
                 "content_chars": len(content),
                 "truncated": len(preview) < len(content),
             }
-            return [OutgoingEvent(events.TOOL_RESULT, _with_namespace(payload, namespace))]
+            return [NewEvent(events.TOOL_RESULT, _with_namespace(payload, namespace))]
         if isinstance(message, AIMessage):
             tool_calls = [to_jsonable(call) for call in message.tool_calls]
             announced = [
-                OutgoingEvent(
+                NewEvent(
                     events.MESSAGE,
                     _with_namespace(
                         {
@@ -124,7 +119,7 @@ class StreamMapper:
             ]
             for call in message.tool_calls:
                 announced.append(
-                    OutgoingEvent(
+                    NewEvent(
                         events.TOOL_CALL,
                         _with_namespace(
                             {
@@ -141,10 +136,10 @@ class StreamMapper:
         return []
 
     @staticmethod
-    def _map_custom(namespace: Namespace, data: Any) -> OutgoingEvent:
+    def _map_custom(namespace: Namespace, data: Any) -> NewEvent:
         if isinstance(data, dict) and data.get("type") in NAMED_CUSTOM_EVENTS:
-            return OutgoingEvent(str(data["type"]), _with_namespace(to_jsonable(data), namespace))
-        return OutgoingEvent(events.CUSTOM, _with_namespace({"data": to_jsonable(data)}, namespace))
+            return NewEvent(str(data["type"]), _with_namespace(to_jsonable(data), namespace))
+        return NewEvent(events.CUSTOM, _with_namespace({"data": to_jsonable(data)}, namespace))
 
 
 def _messages_in(update: Any) -> list[BaseMessage]:
