@@ -8,6 +8,7 @@ files only), and what the main model received.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Sequence
@@ -22,7 +23,7 @@ from ctxpress import CompressionConfig, ContextCompressionMiddleware, LocalWorkd
 from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.middleware import DEFAULT_SUMMARY_TIMEOUT_S
 from ctxpress.summary.event import is_summary_message
-from ctxpress.summary.summarizer import summary_output_budget
+from ctxpress.summary.summarizer import asummarize, summary_output_budget
 from ctxpress.tokens import count_request_tokens, estimate_tokens
 from tests.fakes import ScriptedChatModel
 from tests.server.fakes import report_text, report_tool_script
@@ -303,3 +304,31 @@ def test_s6_overflow_on_every_attempt_fails_the_run_with_a_reason(start_server: 
     model.always = 0
     assert turn(client, conversation_id, TOPICS[2]).status == "succeeded"
     assert_sql_record_complete(settings, conversation_id, TOPICS[:3])
+
+
+async def _cancel_summary_as_it_answers(loop_turns: int) -> bool | None:
+    """Cancel a summary call `loop_turns` event-loop turns after it starts: True when the
+    cancellation reached the caller, None when the call had ended before it."""
+    model = ScriptedChatModel(script=[AIMessage("摘要")])
+    call = asyncio.create_task(
+        asummarize(model, CompressionConfig(), [HumanMessage("问题"), AIMessage("回答")], SUMMARY_TIMEOUT_S)
+    )
+    for _ in range(loop_turns):
+        await asyncio.sleep(0)
+    if call.done():
+        return None
+    call.cancel()
+    try:
+        await call
+    except asyncio.CancelledError:
+        return True
+    return False
+
+
+def test_a_run_cancelled_as_its_summary_model_answers_stays_cancelled() -> None:
+    """A cancelled run stops (S27's timeout must not swallow it): Python 3.11's `asyncio.wait_for`
+    returned the model's answer and dropped a cancellation that arrived in the turn the call ended."""
+    outcomes = [asyncio.run(_cancel_summary_as_it_answers(turns)) for turns in range(60)]
+    cancelled_in_flight = [outcome for outcome in outcomes if outcome is not None]
+    assert outcomes[-1] is None, "the last cancel must come after the call ended (the window is covered)"
+    assert cancelled_in_flight and all(cancelled_in_flight)

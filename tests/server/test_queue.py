@@ -147,6 +147,34 @@ def test_a_freed_slot_goes_to_the_oldest_waiting_run(start_server: ServerFactory
     assert send(alice, create_conversation(alice), "四")["started"] is True
 
 
+async def _cancel_as_it_wakes(worker: RunWorker, loop_turns: int) -> bool:
+    """Wake the worker's queue loop and cancel it `loop_turns` event-loop turns later; True when the
+    cancellation ended it."""
+    poll_loop = asyncio.create_task(worker._poll_loop())
+    await asyncio.sleep(0)
+    worker.nudge(queued=True)
+    for _ in range(loop_turns):
+        await asyncio.sleep(0)
+    poll_loop.cancel()
+    ended, _ = await asyncio.wait({poll_loop}, timeout=2)
+    if not ended:
+        poll_loop.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await poll_loop
+    return bool(ended)
+
+
+def test_the_queue_loop_ends_when_cancelled_just_as_it_is_woken(start_server: ServerFactory) -> None:
+    """A stop must end the worker's loops. Python 3.11's `asyncio.wait_for` returns the inner result
+    and drops a cancellation that arrives in the turn its inner wait finishes, so a stop landing
+    just after a nudge left the loop running (and the service's shutdown waiting on it)."""
+    server = start_server(agents=[gated_agent(threading.Event())])
+    worker = server.services.worker
+    server.call(_hold_queue_loop(worker))
+    assert [server.call(_cancel_as_it_wakes(worker, turns)) for turns in range(5)] == [True] * 5
+    server.call(_release_queue_loop(worker))
+
+
 def test_cancel_a_running_run(start_server: ServerFactory) -> None:
     gate = threading.Event()
     server = start_server(agents=[gated_agent(gate)])

@@ -166,7 +166,10 @@ async def asummarize(
     try:
         request = build_summary_request(config, messages, counter)
         call = model.ainvoke(request, config=summary_call_config(callbacks))
-        response = await asyncio.wait_for(call, timeout)
+        # Not `wait_for`: on Python 3.11 it drops a cancellation (a cancelled run) that arrives
+        # as the call ends.
+        async with asyncio.timeout(timeout):
+            response = await call
     except TimeoutError:
         return SummaryOutcome("", f"the summary model did not answer within {timeout:g} s")
     except Exception as exc:

@@ -104,7 +104,8 @@ class LiveSubscriber:
         """Everything queued, waiting up to `timeout` seconds for something; [] on timeout."""
         if not self._items and not self._gap:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ready.wait(), timeout=timeout)
+                async with asyncio.timeout(timeout):  # not `wait_for`: see `RunWorker._poll_loop`
+                    await self._ready.wait()
         self._ready.clear()
         batch = list(self._items)
         self._items.clear()

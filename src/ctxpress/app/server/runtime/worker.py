@@ -210,7 +210,10 @@ class RunWorker:
         while True:
             timed_out = False
             try:
-                await asyncio.wait_for(self._wakeup.wait(), timeout=self.poll_seconds)
+                # `asyncio.timeout`, not `wait_for`: on Python 3.11 `wait_for` drops a cancellation
+                # that arrives as the wait ends, and a stopped service would keep this loop.
+                async with asyncio.timeout(self.poll_seconds):
+                    await self._wakeup.wait()
             except TimeoutError:
                 timed_out = True
             self._wakeup.clear()
