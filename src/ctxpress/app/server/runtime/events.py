@@ -10,9 +10,10 @@
 the run executes, the deltas the bus still holds (its backlog); then what the bus delivers. It reads
 SQL again when the bus is silent for `poll_seconds` (`BUS_RECHECK_SECONDS` when every writer
 publishes on this bus: Redis, or SQLite's single process), reports a gap (a lost Redis connection, a full
-queue), or delivers `run_finished`/`interrupt` — so a stream never ends before the run's final
-events, and without a shared bus (PostgreSQL without Redis, another process's run) it still gets
-every durable event, `poll_seconds` late at most.
+queue), or delivers an `interrupt` — so a stream never ends before the run's final events, and
+without a shared bus (PostgreSQL without Redis, another process's run) it still gets every durable
+event, `poll_seconds` late at most. A `run_finished` the bus delivers without a gap ends the stream
+at once: it is the run's last event, committed together with the final status.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ CUSTOM: Final = "custom"
 
 #: A run's first event (stored by the intake that accepted it).
 FIRST_EVENT_TYPES: Final = frozenset({RUN_QUEUED_EVENT, RUN_STARTED})
-#: After these the follower checks the run's status in SQL: its stream may end.
+#: After these the follower checks the run's status in SQL (after `run_finished` only when the bus
+#: reported a gap): its stream may end.
 ENDING_EVENT_TYPES: Final = frozenset({RUN_FINISHED, INTERRUPT})
 REPLAY_BATCH = 500
 #: With a bus that carries every event, how long a stream waits in silence before re-reading SQL.
@@ -183,6 +185,10 @@ class EventLog:
                         cursor = event.position
                         self.metrics.live_delivered.labels(source="bus").inc()
                         yield event
+                        if event.type == RUN_FINISHED and not check_sql:
+                            # The run's last event, committed with its final status and delivered
+                            # without a gap: SQL holds nothing newer, no read needed to end.
+                            return
                         check_sql = check_sql or event.type in ENDING_EVENT_TYPES
                 if check_sql:
                     check_sql = False

@@ -175,10 +175,12 @@ class RunExecutor:
         )
         deltas.note_durable(newest_event_id)
         partial = PartialReply()
+        #: `context_pressure` events waiting for the step of their model call (`_stream`).
+        waiting: list[MappedItem] = []
         try:
             with self.events.durable_ids_of(run.id, deltas.note_durable):
                 try:
-                    outcome = await self._stream(run, runtime, config, collector, deltas, partial)
+                    outcome = await self._stream(run, runtime, config, collector, deltas, partial, waiting)
                 finally:
                     deltas.close()
         except asyncio.CancelledError:
@@ -203,9 +205,9 @@ class RunExecutor:
             logger.exception("run %s failed", run.id)
             outcome = Outcome(RUN_FAILED, _describe_error(exc))
         try:
-            await self._record_usage(run, collector)
+            await self._store_leftovers(run, collector, waiting)
         except Exception:
-            logger.exception("run %s: usage could not be recorded", run.id)
+            logger.exception("run %s: usage or pressure could not be recorded", run.id)
         await self._finish(run, outcome)
 
     async def _stream(
@@ -216,6 +218,7 @@ class RunExecutor:
         collector: UsageCollector,
         deltas: DeltaStream,
         partial: PartialReply,
+        waiting: list[MappedItem],
     ) -> Outcome:
         mapper = StreamMapper(tool_result_preview_chars=self.tool_result_preview_chars)
         compression_started: dict[str, float] = {}
@@ -244,9 +247,16 @@ class RunExecutor:
                         if isinstance(item, RecordedMessage):
                             partial.settled(item.message.id)
                         stored.append(item)
+                    if stored and all(_waits_for_its_step(item) for item in stored):
+                        # The middleware reports a call's pressure once the model has answered, just
+                        # before the call's step: stored with that step, one transaction less per call.
+                        waiting += stored
+                        continue
                     # A node's messages and its model call's usage (after them) in one transaction.
                     drafts = collector.drain() if mode == "updates" else []
                     if stored or drafts:
+                        stored = [*waiting, *stored]
+                        waiting.clear()
                         deltas.flush()  # the deltas so far go before these events
                         await self._store(run, stored, drafts)
         if not interrupted:
@@ -356,10 +366,13 @@ class RunExecutor:
             await record_pressure_event(PressureRepository(session), run.conversation_id, run.id, item.data)
         return [item]
 
-    async def _record_usage(self, run: Run, collector: UsageCollector) -> None:
+    async def _store_leftovers(self, run: Run, collector: UsageCollector, waiting: list[MappedItem]) -> None:
+        """What a run that stopped (or ended without a step after its last model call) has not
+        stored yet: pressure waiting for its step, usage of calls whose step never came."""
         drafts = collector.drain()
-        if drafts:
-            await self._store(run, [], drafts)
+        if waiting or drafts:
+            await self._store(run, list(waiting), drafts)
+            waiting.clear()
 
     async def _finish(self, run: Run, outcome: Outcome) -> None:
         async with self.database.session() as session, conversation_lock(session, run.conversation_id):
@@ -383,6 +396,10 @@ class RunExecutor:
             final = [NewEvent(events.ERROR, {"message": outcome.error})] if outcome.error else []
             final.append(NewEvent(events.RUN_FINISHED, {"status": outcome.status, "error": outcome.error}))
             await self.events.append_all(session, run.id, final)
+
+
+def _waits_for_its_step(item: MappedItem) -> bool:
+    return isinstance(item, NewEvent) and item.type == events.CONTEXT_PRESSURE
 
 
 def _announces_interrupt(mode: str, data: Any) -> bool:

@@ -3,8 +3,9 @@
 Every agent's `ContextCompressionMiddleware` gets `publish_pressure` as its `on_pressure`
 callback. It puts the figure on the run's stream as a `context_pressure` custom event — the
 middleware is built once per agent, so it knows no conversation, but the run executor does: it
-stores the event like any other (SSE replay) and upserts the conversation's pressure row in the
-same transaction (`record_pressure_event`). Nothing is written from inside the model call, so the
+stores the event (SSE replay) and upserts the conversation's pressure row in one transaction
+(`record_pressure_event`) -- the transaction of the step that answered the call, as the middleware
+reports a call once the model has answered. Nothing is written from inside the model call, so the
 call never waits on the database; sub-agents' figures (namespaced events) are not the
 conversation's and are not recorded.
 """
