@@ -8,9 +8,12 @@ payload bytes of every checkpoint, blob and pending write of the thread, and of 
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
+from typing import Any
 
 import httpx
+from sqlalchemy import event, text
 
 from ctxpress.app.server.repositories.checkpoint_rows import ThreadStorage
 from ctxpress.app.server.runtime.agents import thread_config
@@ -109,6 +112,95 @@ def test_background_prune_never_runs_while_the_lock_is_held(start_server: Server
     # The thread continues from what was kept.
     talk(alice, conversation_id, ["剪枝之后的问题"])
     assert storage(server, conversation_id).checkpoints == 1
+
+
+class _Statements:
+    """The statements of the service's engine, grouped by the transaction they committed in."""
+
+    def __init__(self) -> None:
+        self.open: dict[int, list[str]] = {}
+        self.committed: list[list[str]] = []
+
+    def statement(self, connection: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        self.open.setdefault(id(connection), []).append(" ".join(statement.split())[:40])
+
+    def commit(self, connection: Any) -> None:
+        self.committed.append(self.open.pop(id(connection), []))
+
+
+def test_a_runs_end_prunes_in_its_finishing_transaction(start_server: ServerFactory, backend: str) -> None:
+    """Issue 17 (SQL transactions per turn): on PostgreSQL the checkpointer's tables are in the
+    service's database, and the prune at a run's end is one statement of the transaction that
+    records the run's end (LangGraph's `aprune` took two transactions of its own). SQLite keeps its
+    checkpoints in a file of their own, pruned through the checkpointer's connection."""
+    server = start_server(agents=[kb_agent(chat=Chat())])
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+    engine = server.services.database.engine.sync_engine
+    seen = _Statements()
+    event.listen(engine, "before_cursor_execute", seen.statement)
+    event.listen(engine, "commit", seen.commit)
+    try:
+        talk(alice, conversation_id, TURNS[:1])
+    finally:
+        event.remove(engine, "before_cursor_execute", seen.statement)
+        event.remove(engine, "commit", seen.commit)
+    assert storage(server, conversation_id).checkpoints == 1
+    pruning = [
+        statements for statements in seen.committed if any(s.startswith("WITH latest AS") for s in statements)
+    ]
+    if backend == "sqlite":
+        assert pruning == []
+        return
+    [finishing] = pruning
+    assert any(s.startswith("UPDATE runs SET status") for s in finishing), finishing
+
+
+def _refuse_checkpoint_deletes(server: LiveServer, backend: str) -> None:
+    """A trigger that fails every delete of a checkpoint row: each prune fails, all else works."""
+    if backend == "sqlite":
+        with sqlite3.connect(server.services.settings.database().checkpoint_target) as connection:
+            connection.execute(
+                "CREATE TRIGGER refuse_prune BEFORE DELETE ON checkpoints "
+                "BEGIN SELECT RAISE(ABORT, 'prune refused by the test'); END"
+            )
+        return
+
+    async def create() -> None:
+        async with server.services.database.session() as session:
+            await session.execute(
+                text(
+                    "CREATE FUNCTION refuse_prune() RETURNS trigger LANGUAGE plpgsql AS "
+                    "$$ BEGIN RAISE EXCEPTION 'prune refused by the test'; END $$"
+                )
+            )
+            await session.execute(
+                text(
+                    "CREATE TRIGGER refuse_prune BEFORE DELETE ON checkpoints "
+                    "FOR EACH ROW EXECUTE FUNCTION refuse_prune()"
+                )
+            )
+            await session.commit()
+
+    server.call(create())
+
+
+def test_a_failed_prune_loses_nothing_of_the_run(start_server: ServerFactory, backend: str) -> None:
+    """A prune that fails is logged and counted; the run it ends still finishes (on PostgreSQL the
+    prune's savepoint is rolled back, not the finishing transaction), and the next turns work."""
+    server = start_server(agents=[kb_agent(chat=Chat())], metrics_enabled=True)
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+    talk(alice, conversation_id, TURNS[:1])
+    _refuse_checkpoint_deletes(server, backend)
+    run_ids = talk(alice, conversation_id, TURNS[1:3])
+    for run_id in run_ids:
+        assert read_events(alice, run_id)[-1].data == {"status": "succeeded", "error": None}
+    assert storage(server, conversation_id).checkpoints > 1, "the prunes failed, as the trigger wants"
+    metrics = alice.get("/metrics").text
+    assert 'ctxpress_checkpoint_prunes_total{outcome="failed"} 2.0' in metrics, metrics
+    messages = alice.get(f"/api/conversations/{conversation_id}/messages").json()["items"]
+    assert [m["content"] for m in messages if m["role"] == "user"] == TURNS[:3]
 
 
 def test_storage_grows_linearly_over_200_turns(start_server: ServerFactory, backend: str) -> None:

@@ -1,5 +1,6 @@
-"""The checkpointers' own tables, for what LangGraph's savers do not offer: pruning a SQLite thread to
-its latest checkpoint, giving the file's pages back, and measuring what a thread stores.
+"""The checkpointers' own tables, for what LangGraph's savers do not offer: pruning a thread to its
+latest checkpoint (on PostgreSQL in one statement, which the run's finishing transaction can carry),
+giving a SQLite file's pages back, and measuring what a thread stores.
 
 LangGraph owns these tables (`checkpoints` / `writes` on SQLite; `checkpoints`, `checkpoint_blobs`,
 `checkpoint_writes` on PostgreSQL); this module only deletes rows LangGraph itself would never read
@@ -51,6 +52,48 @@ _SQLITE_THREAD_BYTES: Final = (
     " (SELECT coalesce(length(checkpoint) + length(metadata), 0) FROM checkpoints"
     "  WHERE thread_id = ? AND checkpoint_ns = '' ORDER BY checkpoint_id DESC LIMIT 1)"
 )
+#: The PostgreSQL saver's rows of one thread reduced to its latest checkpoint per namespace, in one
+#: statement (its parts see the rows as they were before it): older checkpoints with their pending
+#: writes, the blobs no kept checkpoint references, and the kept ones' links to deleted parents.
+#: It answers the checkpoints removed and the bytes of everything removed.
+POSTGRES_KEEP_LATEST: Final = """
+WITH latest AS (
+  SELECT checkpoint_ns, max(checkpoint_id) AS checkpoint_id
+    FROM checkpoints WHERE thread_id = %(thread)s GROUP BY checkpoint_ns
+), kept AS (
+  SELECT c.checkpoint_ns, c.checkpoint -> 'channel_versions' AS versions
+    FROM checkpoints c JOIN latest USING (checkpoint_ns, checkpoint_id)
+   WHERE c.thread_id = %(thread)s
+), gone_writes AS (
+  DELETE FROM checkpoint_writes
+   WHERE thread_id = %(thread)s
+     AND (checkpoint_ns, checkpoint_id) NOT IN (SELECT checkpoint_ns, checkpoint_id FROM latest)
+  RETURNING octet_length(blob) AS size
+), gone_checkpoints AS (
+  DELETE FROM checkpoints
+   WHERE thread_id = %(thread)s
+     AND (checkpoint_ns, checkpoint_id) NOT IN (SELECT checkpoint_ns, checkpoint_id FROM latest)
+  RETURNING pg_column_size(checkpoint) + pg_column_size(metadata) AS size
+), gone_blobs AS (
+  DELETE FROM checkpoint_blobs b
+   WHERE b.thread_id = %(thread)s
+     AND NOT EXISTS (
+       SELECT 1 FROM kept WHERE kept.checkpoint_ns = b.checkpoint_ns AND kept.versions ->> b.channel = b.version
+     )
+  RETURNING octet_length(b.blob) AS size
+), unlinked AS (
+  UPDATE checkpoints SET parent_checkpoint_id = NULL
+   WHERE thread_id = %(thread)s AND parent_checkpoint_id IS NOT NULL
+     AND (checkpoint_ns, checkpoint_id) IN (SELECT checkpoint_ns, checkpoint_id FROM latest)
+  RETURNING 1
+)
+SELECT
+  (SELECT count(*) FROM gone_checkpoints) AS checkpoints,
+  (SELECT coalesce(sum(size), 0) FROM gone_checkpoints)
+  + (SELECT coalesce(sum(size), 0) FROM gone_writes)
+  + (SELECT coalesce(sum(size), 0) FROM gone_blobs) AS bytes,
+  (SELECT count(*) FROM unlinked) AS unlinked
+"""
 _POSTGRES_THREAD_BYTES: Final = """
 SELECT
   (SELECT coalesce(sum(pg_column_size(checkpoint) + pg_column_size(metadata)), 0)
@@ -151,6 +194,12 @@ class PostgresCheckpointRows:
 
     def __init__(self, conn: AsyncConnection[Any]) -> None:
         self.conn = conn
+
+    async def keep_latest(self, thread_id: str) -> PrunedRows:
+        cursor = await self.conn.execute(POSTGRES_KEEP_LATEST, {"thread": thread_id})
+        row = await cursor.fetchone()
+        assert row is not None
+        return PrunedRows(checkpoints=int(row["checkpoints"]), bytes=int(row["bytes"]))
 
     async def thread_storage(self, thread_id: str) -> ThreadStorage:
         cursor = await self.conn.execute(_POSTGRES_THREAD_BYTES, {"thread": thread_id})

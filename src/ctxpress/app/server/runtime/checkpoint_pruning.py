@@ -13,9 +13,12 @@ the workdir's history files, S14), so older checkpoints are a disposable view. T
 
 How:
 
-- PostgreSQL: the saver's own `aprune([thread], strategy="keep_latest")` (one transaction on one
-  snapshot; blobs no kept checkpoint references go with them). The freed rows are reused by
-  PostgreSQL's vacuum; the files do not shrink, but they stop growing.
+- PostgreSQL: one statement (`repositories/checkpoint_rows.POSTGRES_KEEP_LATEST`: older checkpoints,
+  their pending writes and the blobs no kept checkpoint references), run in the caller's transaction
+  -- the checkpointer's tables are in the service's database -- inside a savepoint, so a failed prune
+  leaves that transaction as it was. A run's end thus prunes in its finishing transaction, not in
+  two more of its own (LangGraph's `aprune` checks the thread, then prunes: two transactions). The
+  freed rows are reused by PostgreSQL's vacuum; the files do not shrink, but they stop growing.
 - SQLite: the same rows deleted in one transaction (`repositories/checkpoint_rows.py`); once enough
   pages are free, `incremental_vacuum` gives them back to the file system, and once the write-ahead
   log has grown past its limit it is emptied into the file (otherwise SQLite's automatic checkpoint
@@ -33,10 +36,12 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.metrics import ServiceMetrics
 from ctxpress.app.server.repositories.checkpoint_rows import (
+    POSTGRES_KEEP_LATEST,
     PostgresCheckpointRows,
     PrunedRows,
     SqliteCheckpointRows,
@@ -52,20 +57,28 @@ from ctxpress.app.server.runtime.locks import try_conversation_lock
 
 logger = logging.getLogger(__name__)
 
-KEEP_LATEST: Final = "keep_latest"
 #: SQLite: free pages given back to the file system once there are at least this many (4 MiB of the
 #: default 4 KiB pages); fewer are reused by the next writes.
 SQLITE_RECLAIM_MIN_FREE_PAGES: Final = 1024
 
 
-async def prune_thread(checkpointer: BaseCheckpointSaver[Any], thread_id: str) -> PrunedRows | None:
+async def prune_thread(
+    checkpointer: BaseCheckpointSaver[Any], thread_id: str, session: AsyncSession | None = None
+) -> PrunedRows | None:
     """Keep only the thread's latest checkpoint (per namespace) and its pending writes; returns what
-    went where the saver can tell (SQLite; PostgreSQL's `aprune` reports nothing: None). Savers
-    other than the service's two (none in the service) are left as they are."""
+    went. On PostgreSQL it runs in `session`'s transaction when given (in a savepoint), else on a
+    connection of the saver's pool. Savers other than the service's two (none in the service) are
+    left as they are: None."""
     forget_scoped_reads()
     if isinstance(checkpointer, ServicePostgresSaver):
-        await checkpointer.aprune([thread_id], strategy=KEEP_LATEST)
-        return None
+        if session is None:
+            async with checkpointer._cursor() as cursor:  # the saver's own way to a pooled connection
+                return await PostgresCheckpointRows(cursor.connection).keep_latest(thread_id)
+        async with session.begin_nested():
+            connection = await session.connection()
+            result = await connection.exec_driver_sql(POSTGRES_KEEP_LATEST, {"thread": thread_id})
+            row = result.one()
+        return PrunedRows(checkpoints=int(row.checkpoints), bytes=int(row.bytes))
     if not isinstance(checkpointer, ServiceSqliteSaver):
         return None
     async with checkpointer.lock:
@@ -78,12 +91,15 @@ async def prune_thread(checkpointer: BaseCheckpointSaver[Any], thread_id: str) -
 
 
 async def prune_quietly(
-    checkpointer: BaseCheckpointSaver[Any], thread_id: str, metrics: ServiceMetrics
+    checkpointer: BaseCheckpointSaver[Any],
+    thread_id: str,
+    metrics: ServiceMetrics,
+    session: AsyncSession | None = None,
 ) -> None:
     """`prune_thread`, counted in the metrics, logging a failure instead of raising: the run or
     compression that calls it has already succeeded, and the next one prunes again."""
     try:
-        pruned = await prune_thread(checkpointer, thread_id)
+        pruned = await prune_thread(checkpointer, thread_id, session)
     except Exception:
         metrics.checkpoint_prunes.labels(outcome="failed").inc()
         logger.exception("pruning the checkpoints of %s failed; the next run tries again", thread_id)
@@ -139,7 +155,7 @@ class BackgroundPruner:
             ):
                 if locked is None:
                     return False
-                await prune_quietly(self.checkpointer, conversation_id, self.metrics)
+                await prune_quietly(self.checkpointer, conversation_id, self.metrics, session)
         except Exception:
             logger.exception("pruning the checkpoints of %s in the background failed", conversation_id)
             return False

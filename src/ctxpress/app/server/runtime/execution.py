@@ -382,7 +382,7 @@ class RunExecutor:
                 logger.warning("run %s: no longer held by this worker; result discarded", run.id)
                 return
             # Still holding the lock: no other run or compression of the thread reads its checkpoint.
-            await prune_quietly(self.agents.checkpointer, run.conversation_id, self.metrics)
+            await prune_quietly(self.agents.checkpointer, run.conversation_id, self.metrics, session)
             if outcome.status == RUN_WAITING_INPUT:
                 runs.wait_for_input(current, outcome.interrupts)
                 questions = [
