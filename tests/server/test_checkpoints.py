@@ -264,12 +264,23 @@ async def _writes_rows(saver: Any, thread_id: str) -> list[tuple[Any, ...]]:
         return [tuple(row.values()) for row in await cursor.fetchall()]
 
 
+async def _checkpoint_rows(saver: Any, thread_id: str) -> list[tuple[Any, ...]]:
+    """(inserting transaction, source, step) of each checkpoint of a thread, oldest first."""
+    async with saver._cursor() as cursor:
+        await cursor.execute(
+            "SELECT xmin::text AS tx, metadata ->> 'source' AS source, metadata ->> 'step' AS step"
+            " FROM checkpoints WHERE thread_id = %s ORDER BY checkpoint_id",
+            (thread_id,),
+        )
+        return [tuple(row.values()) for row in await cursor.fetchall()]
+
+
 async def test_node_step_writes_travel_with_their_checkpoint(
     make_settings: SettingsFactory, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Within `grouped_step_writes()` (PostgreSQL) a node step's pending writes are saved in its
-    checkpoint's transaction: the database stores the same writes and checkpoints as without the
-    block, an interrupt's writes (no checkpoint follows them) are saved when the block ends, and
+    checkpoint's transaction, and the run's input checkpoint in step 0's: the database stores the
+    same writes and checkpoints as without the block, an interrupt's writes (no checkpoint follows them) are saved when the block ends, and
     the writes of `Send` tasks (tool calls) are saved at once, each as before."""
     settings = make_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -305,6 +316,15 @@ async def test_node_step_writes_travel_with_their_checkpoint(
             assert plain_rows, "the premise: pending writes are stored"
             assert sorted(row[2:] for row in grouped_rows) == sorted(row[2:] for row in plain_rows)
             assert len({row[0] for row in grouped_rows}) == len({row[0] for row in plain_rows})
+            # The same checkpoints; the input's saved in step 0's transaction (rows that one
+            # transaction inserted share their `xmin`).
+            plain_checkpoints = await _checkpoint_rows(saver, plain["configurable"]["thread_id"])
+            grouped_checkpoints = await _checkpoint_rows(saver, grouped["configurable"]["thread_id"])
+            assert [row[1:] for row in grouped_checkpoints] == [row[1:] for row in plain_checkpoints]
+            assert grouped_checkpoints[0][1:] == ("input", "-1") and grouped_checkpoints[1][2] == "0"
+            assert grouped_checkpoints[0][0] == grouped_checkpoints[1][0]
+            assert plain_checkpoints[0][0] != plain_checkpoints[1][0]
+            assert len({row[0] for row in grouped_checkpoints}) == len(grouped_checkpoints) - 1
         else:
             # SQLite: the block changes nothing (the Send tasks run concurrently: their order varies).
             assert sorted(with_block) == sorted(without_block)

@@ -16,6 +16,8 @@ the saver's `setup()` makes its tables):
   a node step (a `~__pregel_pull` task: the model node, a middleware node) wait for the step's
   checkpoint and are saved in its transaction, one transaction per step instead of two; the block's
   end saves any still waiting (an interrupt's or an error's writes, which no checkpoint follows).
+  The run's input checkpoint waits the same way for step 0's (whose only task, `__start__`, passes
+  the input on at once), so the input and its first step cost one transaction.
   A `Send` task's writes (create_agent runs each tool call as one; several may run at once) are
   saved at once as before: after a kill, the next run gives back the tool results a step finished
   but did not checkpoint (`execution._written_by_unsaved_steps`), while a node step's unsaved
@@ -96,6 +98,23 @@ class _HeldWrites:
 _held_writes: ContextVar[_HeldWrites | None] = ContextVar("held_checkpoint_writes", default=None)
 #: Held writes that the checkpoint being saved takes into its transaction.
 _leading_writes: ContextVar[tuple[_WriteStatement, ...]] = ContextVar("leading_checkpoint_writes", default=())
+#: Set while a checkpoint's statements are recorded to be held instead of run (`_StatementRecorder`).
+_recording: ContextVar[_StatementRecorder | None] = ContextVar("recorded_checkpoint_statements", default=None)
+#: `metadata["source"]` of the checkpoint LangGraph saves for a run's input, before its first step.
+INPUT_CHECKPOINT_SOURCE = "input"
+
+
+class _StatementRecorder:
+    """Stands in for the saver's cursor: keeps the statements a saver call would run, runs none."""
+
+    def __init__(self) -> None:
+        self.statements: list[_WriteStatement] = []
+
+    async def execute(self, query: str, params: Any = None) -> None:
+        self.statements.append((query, [params]))
+
+    async def executemany(self, query: str, rows: Sequence[Any]) -> None:
+        self.statements.append((query, list(rows)))
 
 
 def _thread_key(config: RunnableConfig) -> _ThreadKey:
@@ -215,6 +234,18 @@ class ServicePostgresSaver(_ScopedReads, AsyncPostgresSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         held = _held_writes.get()
+        if held is not None and metadata.get("source") == INPUT_CHECKPOINT_SOURCE:
+            # Held for step 0's transaction: LangGraph's own statements for it, recorded.
+            forget_scoped_reads()
+            recorder = _StatementRecorder()
+            recording = _recording.set(recorder)
+            try:
+                saved = await super().aput(config, checkpoint, metadata, new_versions)
+            finally:
+                _recording.reset(recording)
+            for statement in recorder.statements:
+                held.hold(_thread_key(config), statement)
+            return saved
         leading = held.take(_thread_key(config)) if held is not None else []
         if not leading:
             return await super().aput(config, checkpoint, metadata, new_versions)
@@ -260,6 +291,10 @@ class ServicePostgresSaver(_ScopedReads, AsyncPostgresSaver):
 
     @asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
+        recorder = _recording.get()
+        if recorder is not None:
+            yield recorder  # type: ignore[misc]  # only `execute`/`executemany` are called on it
+            return
         if not isinstance(self.conn, AsyncConnectionPool):
             async with super()._cursor(pipeline=pipeline) as cursor:
                 yield cursor
