@@ -14,6 +14,7 @@ from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
 from .fakes import ask_script
+from .transactions import watch_transactions
 
 
 def agent() -> AgentDefinition:
@@ -114,3 +115,24 @@ def test_file_paths_are_validated(start_server: ServerFactory) -> None:
         "model-written HTML is never rendered"
     )
     assert served.headers["x-content-type-options"] == "nosniff"
+
+
+def test_a_message_is_authenticated_in_the_transaction_that_accepts_it(start_server: ServerFactory) -> None:
+    """Issue 17 (SQL transactions per turn): `POST …/runs` reads the token's user in the transaction
+    that checks the owner and stores the message and its run, not in one of its own. A token that
+    is not valid is still a 401 before anything is stored, and counts as a failed attempt."""
+    server = start_server(agents=[AgentDefinition(name="echo", model=ModelSpec(model=ScriptedChatModel()))])
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+    with watch_transactions(server.services.database.engine.sync_engine) as seen:
+        run_id = send(alice, conversation_id, "你好")["run"]["id"]
+        wait_for_status(alice, run_id, {"succeeded"})
+    [accepting] = seen.with_statement("INSERT INTO runs")
+    assert any("FROM users JOIN api_tokens" in statement for statement in accepting), accepting
+    intruder = server.client("cxp_" + "x" * 43)
+    refused = intruder.post(f"/api/conversations/{conversation_id}/runs", json={"input": "偷看"})
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
+    too_long = intruder.post(f"/api/conversations/{conversation_id}/runs", json={"input": "x" * 200_000})
+    assert too_long.status_code == 401, "no answer about the input before the token is checked"
+    rows = query_sql(server.services.settings, "SELECT content FROM messages WHERE role = 'user'")
+    assert [row.content for row in rows] == ["你好"]

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import httpx
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from ctxpress.app.server.repositories.checkpoint_rows import ThreadStorage
 from ctxpress.app.server.runtime.agents import thread_config
@@ -25,6 +24,7 @@ from ctxpress.app.testing.live_server import LiveServer
 
 from .conftest import ServerFactory
 from .test_compress import TURNS, Chat, kb_agent, talk
+from .transactions import watch_transactions
 
 #: The linear law of the issue: everything a conversation stores is at most this many times its
 #: latest checkpoint, and doubling the conversation at most multiplies the bytes by GROWTH.
@@ -114,20 +114,6 @@ def test_background_prune_never_runs_while_the_lock_is_held(start_server: Server
     assert storage(server, conversation_id).checkpoints == 1
 
 
-class _Statements:
-    """The statements of the service's engine, grouped by the transaction they committed in."""
-
-    def __init__(self) -> None:
-        self.open: dict[int, list[str]] = {}
-        self.committed: list[list[str]] = []
-
-    def statement(self, connection: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        self.open.setdefault(id(connection), []).append(" ".join(statement.split())[:40])
-
-    def commit(self, connection: Any) -> None:
-        self.committed.append(self.open.pop(id(connection), []))
-
-
 def test_a_runs_end_prunes_in_its_finishing_transaction(start_server: ServerFactory, backend: str) -> None:
     """Issue 17 (SQL transactions per turn): on PostgreSQL the checkpointer's tables are in the
     service's database, and the prune at a run's end is one statement of the transaction that
@@ -136,19 +122,10 @@ def test_a_runs_end_prunes_in_its_finishing_transaction(start_server: ServerFact
     server = start_server(agents=[kb_agent(chat=Chat())])
     alice = server.client(server.create_user("alice"))
     conversation_id = create_conversation(alice)
-    engine = server.services.database.engine.sync_engine
-    seen = _Statements()
-    event.listen(engine, "before_cursor_execute", seen.statement)
-    event.listen(engine, "commit", seen.commit)
-    try:
+    with watch_transactions(server.services.database.engine.sync_engine) as seen:
         talk(alice, conversation_id, TURNS[:1])
-    finally:
-        event.remove(engine, "before_cursor_execute", seen.statement)
-        event.remove(engine, "commit", seen.commit)
     assert storage(server, conversation_id).checkpoints == 1
-    pruning = [
-        statements for statements in seen.committed if any(s.startswith("WITH latest AS") for s in statements)
-    ]
+    pruning = seen.with_statement("WITH latest AS")
     if backend == "sqlite":
         assert pruning == []
         return

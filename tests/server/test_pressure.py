@@ -8,10 +8,7 @@ through the agent's graph. Stale: after a manual compression, until the next mai
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from typing import Any
-
-from sqlalchemy import event as sqlalchemy_event
 
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.repositories.pressure import PressureRepository
@@ -24,6 +21,7 @@ from ctxpress.pressure import SUGGEST_COMPRESS_RATIO, RequestPressure
 
 from .conftest import ServerFactory
 from .test_compress import TURNS, agent_state, compress, context, kb_agent, run_count, talk
+from .transactions import watch_transactions
 
 BREAKDOWN = ("system", "tools", "summary", "messages")
 
@@ -75,41 +73,20 @@ def test_s22_pressure_recorded_at_each_main_model_call(start_server: ServerFacto
     assert panel["message_count"] == panel["effective_message_count"] == 4
 
 
-class Transactions:
-    """The INSERT targets of each transaction the service's engine commits (a test's listener)."""
-
-    def __init__(self) -> None:
-        self.open: defaultdict[int, list[str]] = defaultdict(list)
-        self.committed: list[list[str]] = []
-
-    def statement(self, connection: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if statement.startswith("INSERT INTO "):
-            self.open[id(connection)].append(statement.split()[2])
-
-    def commit(self, connection: Any) -> None:
-        self.committed.append(self.open.pop(id(connection), []))
-
-
 def test_s22_a_calls_pressure_is_stored_with_the_step_that_answers_it(start_server: ServerFactory) -> None:
     """Issue 17 (SQL transactions per turn): the pressure record of a main-model call and its event
     commit with that call's answer, not in a transaction of their own; the stream keeps the order."""
     server = start_server(agents=[kb_agent()])
     alice = server.client(server.create_user("alice"))
     conversation_id = create_conversation(alice)
-    engine = server.services.database.engine.sync_engine
-    seen = Transactions()
-    sqlalchemy_event.listen(engine, "before_cursor_execute", seen.statement)
-    sqlalchemy_event.listen(engine, "commit", seen.commit)
-    try:
+    with watch_transactions(server.services.database.engine.sync_engine) as seen:
         run = send(alice, conversation_id, "files 看看工作目录")["run"]
         events = read_events(alice, run["id"])
-    finally:
-        sqlalchemy_event.remove(engine, "before_cursor_execute", seen.statement)
-        sqlalchemy_event.remove(engine, "commit", seen.commit)
-    with_pressure = [tables for tables in seen.committed if "conversation_pressure" in tables]
+    with_pressure = seen.with_statement("INSERT INTO conversation_pressure")
     assert len(with_pressure) == 2, seen.committed  # two main-model calls
-    for tables in with_pressure:
-        assert "messages" in tables and "usage_records" in tables, tables
+    for statements in with_pressure:
+        inserts = {statement.split()[2] for statement in statements if statement.startswith("INSERT INTO")}
+        assert {"messages", "usage_records"} <= inserts, statements
     types = [event.type for event in events]
     # Each figure comes before the message of the call it measured.
     assert [t for t in types if t in ("context_pressure", "message")] == [

@@ -343,9 +343,9 @@ def test_a_streamed_message_starts_its_stream_from_the_bus(start_server: ServerF
 def test_a_stream_checks_its_owner_and_reads_its_events_in_one_transaction(
     start_server: ServerFactory,
 ) -> None:
-    """`GET /api/runs/{id}/events`: the request's authentication, then one transaction that checks the
-    run's owner and reads the events the client has not seen; a finished run's replay needs no other.
-    Another user's run is a 404 before any event, as before."""
+    """`GET /api/runs/{id}/events`: one transaction authenticates the caller, checks the run's owner
+    and reads the events the client has not seen; a finished run's replay needs no other. Another
+    user's run is a 404 before any event, as before, and a token that is not valid a 401."""
     server = start_server(agents=[echo_agent()])
     alice = server.client(server.create_user("alice"))
     bob = server.client(server.create_user("bob"))
@@ -363,6 +363,9 @@ def test_a_stream_checks_its_owner_and_reads_its_events_in_one_transaction(
     finally:
         sqlalchemy_event.remove(engine, "begin", record)
     assert replay[0].type == "run_started" and replay[-1].type == "run_finished"
-    assert len(transactions) == 2  # the token's user, then the run with its events
+    assert len(transactions) == 1  # the token's user, the run and its events
     not_his = bob.get(f"/api/runs/{run_id}/events")
     assert not_his.status_code == 404 and not_his.json()["error"]["code"] == "not_found"
+    nobody = server.client("cxp_not-a-valid-token")
+    assert nobody.get(f"/api/runs/{run_id}/events").status_code == 401
+    assert nobody.get(f"/api/runs/{run_id}/events", headers={"Last-Event-ID": "x"}).status_code == 401

@@ -9,6 +9,7 @@ from ctxpress.app.server.db.models import RUN_QUEUED
 from ctxpress.app.server.routes.deps import (
     AUTHENTICATED_RESPONSES,
     MAX_ROW_ID,
+    CallerDep,
     ConversationDep,
     ServicesDep,
     UserDep,
@@ -123,14 +124,15 @@ async def conversation_status(conversation: ConversationDep, services: ServicesD
     },
 )
 async def create_run(
-    conversation_id: str, body: CreateRunRequest, user: UserDep, services: ServicesDep
+    conversation_id: str, body: CreateRunRequest, caller: CallerDep, services: ServicesDep
 ) -> RunAccepted:
     """Send a message: the run starts now, or waits FIFO behind the conversation's active run. The
     message is in the chat record from this answer on; while a manual compression holds the
     conversation it is refused (409 `compressing`, `Retry-After`). An untitled conversation is
     named after its first message."""
-    # One transaction checks the owner, stores the message and the run, and names the conversation.
-    intake = await services.runs.submit(user, conversation_id, body.input)
+    # One transaction authenticates the caller, checks the owner, stores the message and the run,
+    # and names the conversation.
+    intake = await services.runs.submit(caller, conversation_id, body.input)
     return RunAccepted(
         run=RunOut.of(intake.run),
         started=intake.started,
@@ -166,7 +168,7 @@ async def create_run(
     },
 )
 async def create_run_streaming(
-    conversation_id: str, body: CreateRunRequest, user: UserDep, services: ServicesDep
+    conversation_id: str, body: CreateRunRequest, caller: CallerDep, services: ServicesDep
 ) -> EventSourceResponse:
     """Send a message and read its run in the same request: `POST …/runs`, answered with the run's
     event stream (its first event `run_started`, or `run_queued` with the place and the reason)
@@ -174,7 +176,7 @@ async def create_run_streaming(
     as for `POST …/runs`; once the stream has begun the message is in the chat record. The `Location`
     header names the run; a client whose stream breaks continues at `GET /api/runs/{id}/events`
     with the last `id:` it read as `Last-Event-ID`."""
-    intake = await services.runs.submit(user, conversation_id, body.input)
+    intake = await services.runs.submit(caller, conversation_id, body.input)
     run_id = intake.run.id
     return run_event_stream(
         services, run_id, EventPosition(0), accepted_here=True, headers={"Location": f"/api/runs/{run_id}"}

@@ -13,6 +13,7 @@ from ctxpress.app.server.db.models import Conversation, User
 from ctxpress.app.server.errors import UnauthorizedError
 from ctxpress.app.server.runtime.container import Services
 from ctxpress.app.server.schemas import ErrorResponse
+from ctxpress.app.server.usecases.auth import Caller
 
 #: The largest row id both databases store (BIGINT): larger cursors are rejected with 422/400, never
 #: passed on to the database (where they would fail with a 500).
@@ -60,21 +61,25 @@ def client_address(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
-async def current_user(
+async def current_caller(
     request: Request,
     services: ServicesDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> User:
+) -> Caller:
+    """The request's bearer token, to be authenticated in the operation's first transaction."""
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise UnauthorizedError("send 'Authorization: Bearer <token>'")
     address = client_address(request)
     # Before the token is looked at: a held-back address learns nothing from any answer.
     await services.auth_throttle.check(address)
-    user = await services.auth.authenticate(credentials.credentials)
-    if user is None:
-        await services.auth_throttle.record_failure(address)
-        raise UnauthorizedError("the token is not valid")
-    return user
+    return Caller(credentials.credentials, address, services.auth_throttle)
+
+
+CallerDep = Annotated[Caller, Depends(current_caller)]
+
+
+async def current_user(caller: CallerDep, services: ServicesDep) -> User:
+    return await services.auth.user_of(caller)
 
 
 UserDep = Annotated[User, Depends(current_user)]

@@ -6,7 +6,13 @@ from fastapi import APIRouter, Header, Query, status
 from sse_starlette import EventSourceResponse
 
 from ctxpress.app.server.errors import InvalidLastEventIdError, NotFoundError
-from ctxpress.app.server.routes.deps import AUTHENTICATED_RESPONSES, MAX_ROW_ID, ServicesDep, UserDep
+from ctxpress.app.server.routes.deps import (
+    AUTHENTICATED_RESPONSES,
+    MAX_ROW_ID,
+    CallerDep,
+    ServicesDep,
+    UserDep,
+)
 from ctxpress.app.server.routes.event_stream import run_event_stream
 from ctxpress.app.server.runtime.live_events import POSITION_PATTERN, EventPosition
 from ctxpress.app.server.schemas import ErrorResponse, ResumeRunRequest, RunOut
@@ -52,7 +58,7 @@ async def cancel_run(run_id: str, user: UserDep, services: ServicesDep) -> RunOu
 )
 async def run_events(
     run_id: str,
-    user: UserDep,
+    caller: CallerDep,
     services: ServicesDep,
     last_event_id: Annotated[str | None, Header(description="Resume after this event id")] = None,
     after: Annotated[
@@ -83,12 +89,14 @@ async def run_events(
             continue
         position = EventPosition.parse(given)
         if position is None or position.durable_id > MAX_ROW_ID:
+            await services.auth.user_of(caller)  # a caller without a valid token hears 401 first
             raise InvalidLastEventIdError(
                 "Last-Event-ID must be an event id (`41`, or `41-7` for a message_delta)"
             )
         cursor = max(cursor, position)
-    # The ownership check and the stream's first read in one transaction, before the answer starts.
-    first = await services.events.first_read(run_id, cursor, owner_id=user.id)
+    # Authentication, the ownership check and the stream's first read in one transaction, before
+    # the answer starts.
+    first = await services.events.first_read(run_id, cursor, caller=caller.user_in)
     if first is None:
         raise NotFoundError("run not found")
     return run_event_stream(services, run_id, cursor, first=first)

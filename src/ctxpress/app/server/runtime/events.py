@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.engine import Database, call_after_commit
-from ctxpress.app.server.db.models import RUN_WAITING_INPUT, TERMINAL_RUN_STATUSES, Run
+from ctxpress.app.server.db.models import RUN_WAITING_INPUT, TERMINAL_RUN_STATUSES, Run, User
 from ctxpress.app.server.metrics import ServiceMetrics
 from ctxpress.app.server.repositories.run_events import NewEvent, RunEventRepository
 from ctxpress.app.server.repositories.runs import RunRepository
@@ -132,12 +132,15 @@ class EventLog:
             if self._durable_listeners.get(run_id) is listener:
                 del self._durable_listeners[run_id]
 
-    async def first_read(self, run_id: str, after: EventPosition, *, owner_id: str) -> FirstRead | None:
-        """The run, if `owner_id` owns it, with its stored events after `after`: a stream's ownership
-        check and its first read in one transaction (None: no such run of this owner). Hand it to
-        `follow` as `first`."""
+    async def first_read(
+        self, run_id: str, after: EventPosition, *, caller: Callable[[AsyncSession], Awaitable[User]]
+    ) -> FirstRead | None:
+        """The run, if the user `caller` authenticates in the read's session owns it, with its stored
+        events after `after`: a stream's authentication, ownership check and first read in one
+        transaction (None: no such run of this user). Hand it to `follow` as `first`."""
         async with self.database.session() as session:
-            run = await RunRepository(session).get_owned(run_id, owner_id)
+            user = await caller(session)
+            run = await RunRepository(session).get_owned(run_id, user.id)
             if run is None:
                 return None
             return FirstRead(run, await self._events_after(session, run_id, after))

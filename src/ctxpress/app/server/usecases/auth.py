@@ -15,11 +15,19 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import ApiToken, User, utcnow
-from ctxpress.app.server.errors import BadRequestError, TokenNotFoundError, UnknownUserError, UserExistsError
+from ctxpress.app.server.errors import (
+    BadRequestError,
+    TokenNotFoundError,
+    UnauthorizedError,
+    UnknownUserError,
+    UserExistsError,
+)
 from ctxpress.app.server.repositories.users import UserRepository
+from ctxpress.app.server.runtime.auth_throttle import AuthThrottle
 
 TOKEN_PREFIX = "cxp_"
 ADMIN_USER_NAME = "admin"
@@ -76,6 +84,35 @@ def hash_token(token: str) -> str:
 
 def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+async def user_of_token(session: AsyncSession, token: str) -> User | None:
+    """The active token's user (a revoked or expired token has none), read in `session`."""
+    if not token.startswith(TOKEN_PREFIX):
+        return None
+    return await UserRepository(session).by_token_digest(hash_token(token))
+
+
+@dataclass(frozen=True)
+class Caller:
+    """A request's bearer token, not yet looked up: the operations a client sends most (a message,
+    a run's stream) authenticate it in their own first transaction, one transaction less than a
+    lookup of its own. The address was already let through the throttle."""
+
+    token: str
+    address: str
+    throttle: AuthThrottle
+
+    async def user_in(self, session: AsyncSession) -> User:
+        """The token's user, read in `session`; 401 (and a failure counted) when there is none."""
+        user = await user_of_token(session, self.token)
+        if user is None:
+            await self.throttle.record_failure(self.address)
+            raise UnauthorizedError("the token is not valid")
+        # A value read once: the rest of the operation may roll the session back (which would
+        # expire a user still attached to it), and reads it without another query.
+        session.expunge(user)
+        return user
 
 
 class AuthService:
@@ -148,10 +185,14 @@ class AuthService:
             return None  # another process created it at the same moment
 
     async def authenticate(self, token: str) -> User | None:
-        if not token.startswith(TOKEN_PREFIX):
-            return None
         async with self.database.session() as session:
-            return await UserRepository(session).by_token_digest(hash_token(token))
+            return await user_of_token(session, token)
+
+    async def user_of(self, caller: Caller) -> User:
+        """The caller's user, in a transaction of its own (operations without one to share); 401
+        when the token is not valid."""
+        async with self.database.session() as session:
+            return await caller.user_in(session)
 
     async def list_users(self) -> list[User]:
         async with self.database.session() as session:

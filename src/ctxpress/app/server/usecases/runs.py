@@ -42,6 +42,7 @@ from ctxpress.app.server.runtime.locks import (
     try_conversation_lock,
 )
 from ctxpress.app.server.runtime.worker import RunWorker
+from ctxpress.app.server.usecases.auth import Caller
 from ctxpress.app.server.usecases.conversations import automatic_title
 from ctxpress.app.server.usecases.message_limits import MessageBudget, check_message_size, message_budget
 
@@ -88,16 +89,18 @@ class RunService:
         #: Each agent's message budget: its system prompt and tools do not change while the service runs.
         self._budgets: dict[str, MessageBudget] = {}
 
-    async def submit(self, user: User, conversation_id: str, text: str) -> Intake:
-        """Start a run for the user's message, or queue it FIFO behind the conversation's active run.
-        The message is stored in the chat record in the transaction that accepts the run."""
-        if len(text) > self.max_input_chars:
-            raise InputTooLongError(f"input is longer than {self.max_input_chars} characters")
-        if not is_public_id(conversation_id):
-            raise NotFoundError("conversation not found")
+    async def submit(self, caller: Caller, conversation_id: str, text: str) -> Intake:
+        """Start a run for the caller's message, or queue it FIFO behind the conversation's active
+        run. The caller is authenticated, and the message stored in the chat record, in the
+        transaction that accepts the run."""
         slot = _SlotReservation()
         try:
             async with self.database.session() as session:
+                user = await caller.user_in(session)
+                if len(text) > self.max_input_chars:
+                    raise InputTooLongError(f"input is longer than {self.max_input_chars} characters")
+                if not is_public_id(conversation_id):
+                    raise NotFoundError("conversation not found")
                 intake: Intake | None = None
                 # Usually the lock is free: check, store and start in that one transaction.
                 async with try_conversation_lock(session, conversation_id) as locked:
