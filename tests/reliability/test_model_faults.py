@@ -25,6 +25,7 @@ from ctxpress.middleware import DEFAULT_SUMMARY_TIMEOUT_S
 from ctxpress.summary.event import is_summary_message
 from ctxpress.summary.summarizer import asummarize, summary_output_budget
 from ctxpress.tokens import count_request_tokens, estimate_tokens
+from tests.cancellation import cancel_after
 from tests.fakes import ScriptedChatModel
 from tests.server.fakes import report_text, report_tool_script
 
@@ -307,22 +308,12 @@ def test_s6_overflow_on_every_attempt_fails_the_run_with_a_reason(start_server: 
 
 
 async def _cancel_summary_as_it_answers(loop_turns: int) -> bool | None:
-    """Cancel a summary call `loop_turns` event-loop turns after it starts: True when the
-    cancellation reached the caller, None when the call had ended before it."""
+    """Cancel a summary call `loop_turns` event-loop turns after it starts (`cancel_after`)."""
     model = ScriptedChatModel(script=[AIMessage("摘要")])
     call = asyncio.create_task(
         asummarize(model, CompressionConfig(), [HumanMessage("问题"), AIMessage("回答")], SUMMARY_TIMEOUT_S)
     )
-    for _ in range(loop_turns):
-        await asyncio.sleep(0)
-    if call.done():
-        return None
-    call.cancel()
-    try:
-        await call
-    except asyncio.CancelledError:
-        return True
-    return False
+    return await cancel_after(call, loop_turns)
 
 
 def test_a_run_cancelled_as_its_summary_model_answers_stays_cancelled() -> None:

@@ -254,25 +254,27 @@ def _interrupting_graph(checkpointer: Any) -> Any:
     return builder.compile(checkpointer=checkpointer)
 
 
-async def _writes_rows(saver: Any, thread_id: str) -> list[tuple[Any, ...]]:
+async def _thread_rows(saver: Any, query: str, thread_id: str) -> list[tuple[Any, ...]]:
     async with saver._cursor() as cursor:
-        await cursor.execute(
-            "SELECT checkpoint_id, task_id, idx, channel FROM checkpoint_writes WHERE thread_id = %s"
-            " ORDER BY checkpoint_id, task_id, idx",
-            (thread_id,),
-        )
+        await cursor.execute(query, (thread_id,))
         return [tuple(row.values()) for row in await cursor.fetchall()]
+
+
+async def _writes_rows(saver: Any, thread_id: str) -> list[tuple[Any, ...]]:
+    query = (
+        "SELECT checkpoint_id, task_id, idx, channel FROM checkpoint_writes WHERE thread_id = %s"
+        " ORDER BY checkpoint_id, task_id, idx"
+    )
+    return await _thread_rows(saver, query, thread_id)
 
 
 async def _checkpoint_rows(saver: Any, thread_id: str) -> list[tuple[Any, ...]]:
     """(inserting transaction, source, step) of each checkpoint of a thread, oldest first."""
-    async with saver._cursor() as cursor:
-        await cursor.execute(
-            "SELECT xmin::text AS tx, metadata ->> 'source' AS source, metadata ->> 'step' AS step"
-            " FROM checkpoints WHERE thread_id = %s ORDER BY checkpoint_id",
-            (thread_id,),
-        )
-        return [tuple(row.values()) for row in await cursor.fetchall()]
+    query = (
+        "SELECT xmin::text AS tx, metadata ->> 'source' AS source, metadata ->> 'step' AS step"
+        " FROM checkpoints WHERE thread_id = %s ORDER BY checkpoint_id"
+    )
+    return await _thread_rows(saver, query, thread_id)
 
 
 async def test_node_step_writes_travel_with_their_checkpoint(

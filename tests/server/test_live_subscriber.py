@@ -5,25 +5,17 @@ from __future__ import annotations
 import asyncio
 
 from ctxpress.app.server.runtime.live_events import EventPosition, LiveEvent, LiveSubscriber
+from tests.cancellation import cancel_after
 
 
 async def _cancel_as_an_event_arrives(loop_turns: int) -> bool | None:
-    """Cancel a reader waiting for events `loop_turns` event-loop turns after one is delivered: True
-    when the cancellation reached the reader's caller, None when the read had ended before it."""
+    """Cancel a reader waiting for events `loop_turns` event-loop turns after one is delivered
+    (`cancel_after`)."""
     subscriber = LiveSubscriber("run")
     reader = asyncio.create_task(subscriber.next_batch(timeout=30))
     await asyncio.sleep(0)
     subscriber.deliver(LiveEvent("run", EventPosition(1), "message", {}))
-    for _ in range(loop_turns):
-        await asyncio.sleep(0)
-    if reader.done():
-        return None
-    reader.cancel()
-    try:
-        await reader
-    except asyncio.CancelledError:
-        return True
-    return False
+    return await cancel_after(reader, loop_turns)
 
 
 def test_a_stream_cancelled_as_an_event_arrives_stays_cancelled() -> None:

@@ -10,6 +10,7 @@ from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.runtime.worker import RunWorker
 from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
 from ctxpress.app.testing.records import query_sql
+from tests.cancellation import cancel_after
 from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
@@ -147,21 +148,12 @@ def test_a_freed_slot_goes_to_the_oldest_waiting_run(start_server: ServerFactory
     assert send(alice, create_conversation(alice), "四")["started"] is True
 
 
-async def _cancel_as_it_wakes(worker: RunWorker, loop_turns: int) -> bool:
-    """Wake the worker's queue loop and cancel it `loop_turns` event-loop turns later; True when the
-    cancellation ended it."""
+async def _cancel_as_it_wakes(worker: RunWorker, loop_turns: int) -> bool | None:
+    """Wake the worker's queue loop and cancel it `loop_turns` event-loop turns later (`cancel_after`)."""
     poll_loop = asyncio.create_task(worker._poll_loop())
     await asyncio.sleep(0)
     worker.nudge(queued=True)
-    for _ in range(loop_turns):
-        await asyncio.sleep(0)
-    poll_loop.cancel()
-    ended, _ = await asyncio.wait({poll_loop}, timeout=2)
-    if not ended:
-        poll_loop.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await poll_loop
-    return bool(ended)
+    return await cancel_after(poll_loop, loop_turns)
 
 
 def test_the_queue_loop_ends_when_cancelled_just_as_it_is_woken(start_server: ServerFactory) -> None:
