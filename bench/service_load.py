@@ -1445,7 +1445,8 @@ def load_notes(loads: Sequence[LoadResult]) -> list[str]:
             f" ctxpress ÷ no middleware: service CPU per turn {cpu}, run execution p50 {run}. Below "
             "the threshold (these conversations stay far below 100K) the middleware counts tokens and "
             "publishes two `context_pressure` events per turn (each an event row plus a pressure-record "
-            "upsert in a transaction of its own: 2 of the turn's SQL transactions). The phases run one after another on a "
+            "upsert, stored in the transaction of the step that answers its model call). The phases run one "
+            "after another on a "
             "shared machine, the order alternating between the databases, so part of a difference can "
             "be drift: compare the two databases."
             if pairs
