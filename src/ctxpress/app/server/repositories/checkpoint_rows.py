@@ -81,18 +81,16 @@ WITH latest AS (
        SELECT 1 FROM kept WHERE kept.checkpoint_ns = b.checkpoint_ns AND kept.versions ->> b.channel = b.version
      )
   RETURNING octet_length(b.blob) AS size
-), unlinked AS (
+), unlinked AS (  -- runs whether or not the result below reads it, as every data-modifying part
   UPDATE checkpoints SET parent_checkpoint_id = NULL
    WHERE thread_id = %(thread)s AND parent_checkpoint_id IS NOT NULL
      AND (checkpoint_ns, checkpoint_id) IN (SELECT checkpoint_ns, checkpoint_id FROM latest)
-  RETURNING 1
 )
 SELECT
   (SELECT count(*) FROM gone_checkpoints) AS checkpoints,
   (SELECT coalesce(sum(size), 0) FROM gone_checkpoints)
   + (SELECT coalesce(sum(size), 0) FROM gone_writes)
-  + (SELECT coalesce(sum(size), 0) FROM gone_blobs) AS bytes,
-  (SELECT count(*) FROM unlinked) AS unlinked
+  + (SELECT coalesce(sum(size), 0) FROM gone_blobs) AS bytes
 """
 _POSTGRES_THREAD_BYTES: Final = """
 SELECT
