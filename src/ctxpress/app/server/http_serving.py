@@ -3,6 +3,9 @@ test harness's processes and threads, the benchmarks' services)."""
 
 from __future__ import annotations
 
+import gc
+import socket
+
 import uvicorn
 from fastapi import FastAPI
 
@@ -31,7 +34,28 @@ def uvicorn_config(
 def serve_http(app: FastAPI, settings: Settings, *, host: str, port: int, log_level: str) -> None:
     """Run the service until it is told to stop (SIGINT, SIGTERM); exit 3 if it could not start
     (uvicorn's own code for a failed startup, e.g. the port is taken)."""
-    server = uvicorn.Server(uvicorn_config(app, settings, host=host, port=port, log_level=log_level))
+    server = _ProcessServer(uvicorn_config(app, settings, host=host, port=port, log_level=log_level))
     server.run()
     if not server.started:
         raise SystemExit(STARTUP_FAILURE_EXIT_CODE)
+
+
+def freeze_startup_heap() -> None:
+    """Move every object alive now out of the garbage collector's reach (`gc.freeze()`).
+
+    What startup made (imported modules, compiled graphs, settings, pools) lives as long as the
+    process, yet a full collection would visit all of it -- about 255,000 objects, a pause of every
+    request in the process of 70-250 ms on a two-core machine. Collected first, so that startup's
+    garbage is freed rather than kept."""
+    gc.collect()
+    gc.freeze()
+
+
+class _ProcessServer(uvicorn.Server):
+    """uvicorn's server in a process that is the service's own (not a host app's or a test's
+    thread): once the app has started, its startup heap is frozen (`freeze_startup_heap`)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            freeze_startup_heap()
