@@ -69,6 +69,10 @@ class _PendingCall:
 class UsageCollector(AsyncCallbackHandler):
     """Callback handler for one run: notes each chat-model call and its reported `usage_metadata`."""
 
+    #: Awaited in turn on the event loop. Otherwise LangChain gathers the handler's events as tasks:
+    #: a task for every streamed chunk (its no-op `on_llm_new_token`), about 4 ms of a 54 ms turn.
+    run_inline = True
+
     def __init__(self, *, main_provider: str | None, summary_provider: str | None) -> None:
         self._main_provider = main_provider
         self._summary_provider = summary_provider
