@@ -25,7 +25,7 @@ from ctxpress.app.server.usecases.auth import IssuedToken
 MAX_TOKEN_LIFETIME_SECONDS = 10 * 365 * 24 * 3600
 
 
-def require_admin(user: UserDep) -> User:
+async def require_admin(user: UserDep) -> User:
     if not user.is_admin:
         raise ForbiddenError("only administrators manage tokens")
     return user

@@ -39,7 +39,8 @@ UtcInstant = Annotated[datetime, AfterValidator(utc_instant)]
 _bearer = HTTPBearer(auto_error=False, description="A token printed by `ctxpress users create NAME`.")
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
+    # `async`, like every dependency here: FastAPI runs a plain `def` in its thread pool.
     services: Services = request.app.state.services
     return services
 
