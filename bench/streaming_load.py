@@ -133,6 +133,12 @@ class StreamTurn:
     deltas: list[str] = field(default_factory=list)
     message: str | None = None
     lags_ms: list[float] = field(default_factory=list)
+    #: The lags of the tokens produced once the stream was open (the rest came as its catch-up).
+    live_lags_ms: list[float] = field(default_factory=list)
+    #: When the client's stream got its response headers (wall clock, ms): the latest attempt's.
+    opened_ms: float | None = None
+    #: From the `POST` that started the run to the stream's response headers (ms).
+    open_after_post_ms: float | None = None
     ids: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -161,6 +167,14 @@ class StreamResult:
         return [lag for turn in self.turns for lag in turn.lags_ms]
 
     @property
+    def live_lags(self) -> list[float]:
+        return [lag for turn in self.turns for lag in turn.live_lags_ms]
+
+    @property
+    def stream_opens(self) -> list[float]:
+        return [turn.open_after_post_ms for turn in self.turns if turn.open_after_post_ms is not None]
+
+    @property
     def errors(self) -> int:
         return sum(len(turn.errors) for turn in self.turns) + sum(
             turn.status != "succeeded" for turn in self.turns
@@ -176,7 +190,11 @@ def _on_stream_event(turn: StreamTurn, event: str, data: str, elapsed: float) ->
         if turn.first_token is None:
             turn.first_token = elapsed
         turn.deltas.append(payload["delta"])
-        turn.lags_ms.extend(now_ms - int(stamp) for stamp in payload["delta"].split(";") if stamp)
+        for stamp in payload["delta"].split(";"):
+            if stamp:
+                turn.lags_ms.append(now_ms - int(stamp))
+                if turn.opened_ms is not None and int(stamp) >= turn.opened_ms:
+                    turn.live_lags_ms.append(now_ms - int(stamp))
     elif event == "message":
         turn.message = payload["content"]
     elif event == "run_finished":
@@ -194,12 +212,16 @@ async def stream_turn(
     if response.status_code != 202:
         turn.errors.append(f"POST runs: HTTP {response.status_code}")
         return conversation
+    posted_ms = time.time() * 1000
     turn.run_id = response.json()["run"]["id"]
     last_id: str | None = None
     for _attempt in range(3):
         headers = {"Last-Event-ID": last_id} if last_id else {}
         try:
             async with reader.stream("GET", f"/api/runs/{turn.run_id}/events", headers=headers) as stream:
+                turn.opened_ms = time.time() * 1000
+                if turn.open_after_post_ms is None:
+                    turn.open_after_post_ms = turn.opened_ms - posted_ms
                 lines = SseLines()
                 async for line in stream.aiter_lines():
                     if (fields := lines.feed(line)) is not None:
@@ -295,7 +317,8 @@ def streaming_phase(
         result = asyncio.run(drive_streaming(processes, token, conversations, name))
     print(
         f"  {name}: {len(result.finished)}/{conversations} turns in {result.elapsed_s:.1f} s, lag p95 "
-        f"{percentile(result.lags, 0.95):.0f} ms, {result.errors} errors, {result.mismatches} mismatches",
+        f"{percentile(result.lags, 0.95):.0f} ms (tokens produced after the stream opened: "
+        f"{percentile(result.live_lags, 0.95):.0f} ms), {result.errors} errors, {result.mismatches} mismatches",
         flush=True,
     )
     return result
@@ -456,7 +479,7 @@ def offline_phase(count: int, sizes: Sizes, scratch: Path) -> OfflineResult:
 def streaming_table(results: Sequence[StreamResult]) -> list[str]:
     rows = []
     for result in results:
-        lags = result.lags
+        lags, live, opens = result.lags, result.live_lags, result.stream_opens
         emitted = TOKENS * len(result.finished)
         first = [t.first_token * 1e3 for t in result.turns if t.first_token is not None]
         rows.append(
@@ -465,6 +488,8 @@ def streaming_table(results: Sequence[StreamResult]) -> list[str]:
                 f"{len(result.finished)} / {len(result.turns)}",
                 f"{len(lags)} / {emitted}",
                 f"{percentile(lags, 0.5):.0f} / {percentile(lags, 0.95):.0f} / {max(lags, default=float('nan')):.0f}",
+                f"{percentile(live, 0.95):.0f} / {max(live, default=float('nan')):.0f} ({len(live)})",
+                f"{percentile(opens, 0.5):.0f} / {percentile(opens, 0.95):.0f}",
                 f"{percentile(first, 0.5):.0f} / {percentile(first, 0.95):.0f}",
                 f"{len(result.finished) / result.elapsed_s:.1f}",
                 f"{1e3 * result.service_cpu_s / max(1, len(result.finished)):.0f}",
@@ -482,6 +507,8 @@ def streaming_table(results: Sequence[StreamResult]) -> list[str]:
             "turns done",
             "tokens delivered / produced",
             "delivery lag p50 / p95 / max ms",
+            "tokens produced after the stream opened: lag p95 / max ms (tokens)",
+            "stream open after the POST p50 / p95 ms",
             "first token p50 / p95 ms",
             "turns/s",
             "service CPU ms per turn (all processes)",
@@ -534,17 +561,22 @@ def report(
         "",
         f"Streaming: {sizes.streaming_conversations} conversations at once, one turn each, a model streaming "
         f"{TOKENS} tokens at {TOKENS_PER_S:g} tokens/s (`bench/paced_service.py`). Lag: a token's arrival at the "
-        "client minus the time the model produced it. Two processes: each conversation posts to one and reads "
-        "its stream from the other (every delta crosses Redis).",
+        "client minus the time the model produced it, for every token (the goal's figure) and for the tokens "
+        "produced after the client's stream had its response headers: a token produced before that arrives with "
+        "the stream's catch-up, and its lag includes the time the client took to open the stream (shown: from "
+        "the `POST` that started the run to the stream's headers). Two processes: each conversation posts to "
+        "one and reads its stream from the other (every delta crosses Redis).",
         "",
         *(streaming_table(streams) if streams else ["(streaming not measured in this run)"]),
         "",
     ]
     if streams:
         worst = max(percentile(result.lags, 0.95) for result in streams)
+        worst_live = max(percentile(result.live_lags, 0.95) for result in streams)
         verdict = "met" if worst <= GOAL_LAG_P95_MS else "missed"
         lines += [
-            f"Goal: delivery lag p95 ≤ {GOAL_LAG_P95_MS:.0f} ms in every set-up: {verdict} (worst {worst:.0f} ms).",
+            f"Goal: delivery lag p95 ≤ {GOAL_LAG_P95_MS:.0f} ms in every set-up: {verdict} (worst {worst:.0f} ms; "
+            f"the tokens produced after their stream opened: worst p95 {worst_live:.0f} ms).",
             "",
         ]
     if cancels:
