@@ -1,5 +1,6 @@
 """The service under uvicorn: the one place its HTTP server is configured (`ctxpress serve`, the
-test harness's processes and threads, the benchmarks' services)."""
+test harness's processes and threads, the benchmarks' services). A process of the service's own
+(`serve_http`) also freezes its startup heap once the app has started (`freeze_startup_heap`)."""
 
 from __future__ import annotations
 
