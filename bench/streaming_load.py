@@ -190,11 +190,10 @@ def _on_stream_event(turn: StreamTurn, event: str, data: str, elapsed: float) ->
         if turn.first_token is None:
             turn.first_token = elapsed
         turn.deltas.append(payload["delta"])
-        for stamp in payload["delta"].split(";"):
-            if stamp:
-                turn.lags_ms.append(now_ms - int(stamp))
-                if turn.opened_ms is not None and int(stamp) >= turn.opened_ms:
-                    turn.live_lags_ms.append(now_ms - int(stamp))
+        for produced_ms in (int(stamp) for stamp in payload["delta"].split(";") if stamp):
+            turn.lags_ms.append(now_ms - produced_ms)
+            if turn.opened_ms is not None and produced_ms >= turn.opened_ms:
+                turn.live_lags_ms.append(now_ms - produced_ms)
     elif event == "message":
         turn.message = payload["content"]
     elif event == "run_finished":

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from ctxpress.app.testing.processes import ServiceProcess, create_user
 
 from .support import turn
+from .test_sigkill import wait_for_point
 
 PROBE = (sys.executable, str(Path(__file__).with_name("heap_probe.py")), "{port}", "{control}")
 #: A full collection as served visits at most this share of what it visits with nothing frozen.
@@ -43,10 +43,7 @@ def test_a_full_collection_visits_only_what_the_service_made_since_startup(
         conversation_id = client.post("/api/conversations", json={}).json()["id"]
         assert turn(client, conversation_id, "你好").status == "succeeded"
         (control / "measure").touch()
-        deadline = time.monotonic() + 60
-        while not (report_file := control / "heap.json").exists():
-            assert time.monotonic() < deadline, "the probe did not measure"
-            time.sleep(0.05)
+        wait_for_point(report_file := control / "heap.json", timeout=60)
     finally:
         service.stop()
     report = json.loads(report_file.read_text())
