@@ -18,6 +18,10 @@ from ctxpress.app.server.settings import Backend, DatabaseTarget
 _DATABASE_KEY = "ctxpress_database"
 _AFTER_COMMIT_KEY = "ctxpress_after_commit"
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
+#: Connections each service process keeps to its database, none beyond: an overflow connection
+#: would be closed on return and opened again by the next burst (on PostgreSQL a server process
+#: forked per burst; on SQLite a thread and its pragmas). A request waits for a free one instead.
+CONNECTION_POOL_SIZE = 20
 
 
 class _ServiceSession(Session):
@@ -91,12 +95,15 @@ class Database:
 def _create_engine(target: DatabaseTarget) -> AsyncEngine:
     if target.backend == "sqlite":
         engine = create_async_engine(
-            target.sqlalchemy_url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}
+            target.sqlalchemy_url,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS},
+            pool_size=CONNECTION_POOL_SIZE,
+            max_overflow=0,
         )
         event.listen(engine.sync_engine, "connect", _configure_sqlite_connection)
         SqliteWriterTurns(SQLITE_BUSY_TIMEOUT_SECONDS).install(engine)
         return engine
-    engine = create_async_engine(target.sqlalchemy_url, pool_size=10, max_overflow=10)
+    engine = create_async_engine(target.sqlalchemy_url, pool_size=CONNECTION_POOL_SIZE, max_overflow=0)
     CheckoutLiveness().install(engine)  # pings a connection only when it may have died (liveness.py)
     return engine
 
