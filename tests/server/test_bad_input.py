@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import httpx
+import pytest
+from fastapi.responses import JSONResponse
 
+from ctxpress.app.server import app as app_module
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
+from ctxpress.app.server.errors import ServiceError
 from ctxpress.app.testing.api import create_conversation
 from ctxpress.app.testing.records import query_sql
 from tests.fakes import ScriptedChatModel
@@ -105,3 +109,29 @@ def test_openapi_health_and_agents(start_server: ServerFactory) -> None:
     assert "built-in" in agents[0]["notice"] and agents[0]["capabilities"] == ["context_compression"]
     assert agents[0]["compression"]["threshold_tokens"] == 100 * 1024
     assert alice.get("/api/me").json()["name"] == "alice"
+
+
+def test_a_request_within_the_body_limit_renders_no_error(
+    start_server: ServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The body-size check renders its 413 only for a body it refuses, not for every request (each
+    rendering is a JSON response built and thrown away: CPU on every message of a burst)."""
+    rendered: list[int] = []
+    real_error_response = app_module.error_response
+
+    def counting_error_response(error: ServiceError) -> JSONResponse:
+        rendered.append(error.status_code)
+        return real_error_response(error)
+
+    monkeypatch.setattr(app_module, "error_response", counting_error_response)
+    server = start_server(agents=[echo_agent()], max_body_bytes=MAX_BODY)
+    alice = server.client(server.create_user("alice"))
+    assert alice.post("/api/conversations", json={}).status_code == 201
+    assert rendered == []
+    too_large = alice.post(
+        "/api/conversations",
+        content=b"{" + b" " * (MAX_BODY + 1) + b"}",
+        headers={"Content-Type": "application/json"},
+    )
+    assert too_large.status_code == 413 and too_large.json()["error"]["code"] == "payload_too_large"
+    assert rendered == [413]

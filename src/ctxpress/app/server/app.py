@@ -123,9 +123,6 @@ class BodySizeLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_large = error_response(
-            PayloadTooLargeError(f"the request body is larger than {self.max_bytes} bytes")
-        )
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
@@ -134,7 +131,11 @@ class BodySizeLimitMiddleware:
                     await error_response(BadRequestError("invalid Content-Length"))(scope, receive, send)
                     return
                 if declared > self.max_bytes:
-                    await too_large(scope, receive, send)
+                    # Rendered only here: a JSON response per request would cost every request.
+                    too_large = PayloadTooLargeError(
+                        f"the request body is larger than {self.max_bytes} bytes"
+                    )
+                    await error_response(too_large)(scope, receive, send)
                     return
         received = 0
 
