@@ -37,8 +37,9 @@ POSTGRES_ONLY = pytest.mark.parametrize(
 
 
 def start_pair(
-    make_settings: Any, tmp_path: Path, environment: dict[str, str]
+    make_settings: Any, tmp_path: Path, environment: dict[str, str], only_b: dict[str, str] | None = None
 ) -> tuple[list[ServiceProcess], str]:
+    """Processes A and B on one database; `only_b`: B's environment besides `environment`."""
     settings = make_settings()
     token = create_user(settings, "alice")
     processes = [
@@ -46,9 +47,9 @@ def start_pair(
             settings,
             tmp_path / name,
             tmp_path / f"{name}.log",
-            {"CTXPRESS_TEST_AGENT": "paced", **environment},
+            {"CTXPRESS_TEST_AGENT": "paced", **environment, **(extra or {})},
         )
-        for name in ("a", "b")
+        for name, extra in (("a", None), ("b", only_b))
     ]
     for process in processes:
         process.control.mkdir()
@@ -60,8 +61,10 @@ def start_pair(
 def services(make_settings: Any, tmp_path: Path) -> Iterator[Any]:
     started: list[ServiceProcess] = []
 
-    def start(environment: dict[str, str]) -> tuple[ServiceProcess, ServiceProcess, str]:
-        processes, token = start_pair(make_settings, tmp_path, environment)
+    def start(
+        environment: dict[str, str], only_b: dict[str, str] | None = None
+    ) -> tuple[ServiceProcess, ServiceProcess, str]:
+        processes, token = start_pair(make_settings, tmp_path, environment, only_b)
         started.extend(processes)
         return processes[0], processes[1], token
 
@@ -121,6 +124,38 @@ def test_without_redis_another_process_gets_every_stored_event(services: Any) ->
     assert on_b == [event for event in on_a if not event.position.is_live]
     assert next(e.data["content"] for e in on_b if e.type == "message") == paced_answer_text(40)
     assert stored_assistant_texts(via_b, conversation_id) == [paced_answer_text(40)]
+
+
+@POSTGRES_ONLY
+def test_without_redis_a_streamed_message_that_another_process_runs_is_followed_whole(
+    services: Any,
+) -> None:
+    """PostgreSQL without Redis: `POST …/runs/stream` on B, whose one slot is taken, queues the run;
+    A claims and executes it. B's stream starts from its own bus (the intake's `run_queued`, no SQL
+    read) and finds A's stored events by reading SQL after a silence: every one, in order, once."""
+    a, b, token = services(
+        {},
+        only_b={
+            "CTXPRESS_MAX_CONCURRENT_RUNS": "1",
+            "CTXPRESS_TEST_CHUNKS": "4000",  # B's own run outlasts the test; cancelled at its end
+        },
+    )
+    via_a, via_b = a.client(token), b.client(token)
+    long_run = send(via_b, new_conversation(via_b), "讲很长")
+    assert long_run["started"] is True  # B's only slot
+    conversation_id = new_conversation(via_b)
+    with via_b.stream(
+        "POST", f"/api/conversations/{conversation_id}/runs/stream", json={"input": "讲长一点"}, timeout=60
+    ) as response:
+        assert response.status_code == 200
+        run_id = response.headers["location"].rsplit("/", 1)[-1]
+        on_b = list(iter_events(response))
+    assert on_b[0].type == "run_queued" and on_b[0].data["reason"] == "workers_busy"
+    assert [e.type for e in on_b[1:]] == ["run_started", "message", "usage", "run_finished"]
+    assert on_b[-1].data["status"] == "succeeded"
+    assert on_b == follow(via_a, run_id)  # the stored events, as any stream replays them
+    assert stored_assistant_texts(via_a, conversation_id) == [paced_answer_text(40)]
+    assert via_b.post(f"/api/runs/{long_run['run']['id']}/cancel").status_code == 200
 
 
 @POSTGRES_ONLY

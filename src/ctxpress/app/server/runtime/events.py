@@ -159,10 +159,11 @@ class EventLog:
         client reconnects with `Last-Event-ID` and continues from there.
 
         `accepted_here`: the run was created by this process's intake just now (`POST …/runs/stream`)
-        and is followed from its start; when every writer publishes on this bus and the bus's backlog
-        still begins with the run's first event (the in-process bus publishes at commit; Redis may not
-        have it yet), each of its events is in the backlog or still to come: the stream starts
-        without reading SQL.
+        and is followed from its start; when the bus's backlog still begins with the run's first
+        event (the in-process bus publishes at commit; Redis may not have it yet), each event of the
+        run is in the backlog, still to come on the bus, or -- written by another process that this
+        bus does not hear (PostgreSQL without Redis) -- found by the read after `silence_seconds` of
+        quiet: the stream starts without reading SQL.
 
         `first`: the read the caller made before subscribing (`first_read`). What was committed
         between that read and the subscription is in the bus's backlog when the bus sees every
@@ -231,11 +232,14 @@ class EventLog:
             catch_up += [e for e in subscriber.backlog if e.position.is_live]
         return executing, catch_up
 
-    def _backlog_from_the_start(self, subscriber: LiveSubscriber) -> bool:
+    @staticmethod
+    def _backlog_from_the_start(subscriber: LiveSubscriber) -> bool:
         """The bus holds the run's events from its first one (`run_queued` / `run_started`, stored by
-        the intake), and every later one will reach this bus: no SQL read is needed to start."""
+        the intake): no SQL read is needed to start. Every later event of this process reaches this
+        bus; one of another process (a bus that does not see every writer, and a queued run claimed
+        there) is found by the read after `silence_seconds` of quiet, as after any first read."""
         backlog = subscriber.backlog
-        return self.bus_sees_everything and bool(backlog) and backlog[0].type in FIRST_EVENT_TYPES
+        return bool(backlog) and backlog[0].type in FIRST_EVENT_TYPES
 
     async def _durable_after(self, run_id: str, cursor: EventPosition) -> tuple[Run | None, list[LiveEvent]]:
         async with self.database.session() as session:
