@@ -334,3 +334,51 @@ async def test_node_step_writes_travel_with_their_checkpoint(
             await graph.ainvoke(Command(resume="是"), config)
             state = await graph.aget_state(config)
             assert state.values["messages"][-1].text == "好：是" and not state.interrupts
+
+
+@pytest.mark.parametrize("backend", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True)
+async def test_a_node_steps_writes_reach_its_checkpoint_however_fast_the_stream_is_read(
+    make_settings: SettingsFactory, backend: str
+) -> None:
+    """A node step's writes are handed to the saver in a task that prepares them in a worker thread;
+    the step's checkpoint is saved by a later task, which may get there first when the stream's
+    reader does not pause (a run whose last step's store waits for the finishing transaction). The
+    checkpoint waits for the writes in preparation: each node step's writes are inserted in the
+    transaction of the checkpoint that follows them (the rows share their `xmin`), never alone.
+    (PostgreSQL only: on SQLite the saver has one connection and the block changes nothing.)"""
+
+    def answer(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage("答", id=f"a-{len(state['messages'])}")]}
+
+    def check(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage("核对", id=f"c-{len(state['messages'])}")]}
+
+    settings = make_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    async with open_checkpointer(settings.database()) as saver:
+        await saver.setup()
+        builder = StateGraph(MessagesState)
+        builder.add_node("answer", answer)
+        builder.add_node("check", check)
+        builder.add_edge(START, "answer")
+        builder.add_edge("answer", "check")
+        builder.add_edge("check", END)
+        graph = builder.compile(checkpointer=saver)
+        thread_id = f"fast-{uuid.uuid4().hex[:8]}"
+        config: Any = {"configurable": {"thread_id": thread_id}}
+        for turn in range(3):
+            async with grouped_step_writes(saver):
+                async for _ in graph.astream(
+                    {"messages": [HumanMessage(f"问 {turn}", id=f"h-{turn}")]}, config, durability="sync"
+                ):
+                    pass  # read without pausing
+        writes = await _thread_rows(
+            saver,
+            "SELECT w.xmin::text AS writes_tx, c.xmin::text AS checkpoint_tx FROM checkpoint_writes w"
+            " JOIN checkpoints c ON c.thread_id = w.thread_id AND c.checkpoint_ns = w.checkpoint_ns"
+            " AND c.parent_checkpoint_id = w.checkpoint_id"
+            " WHERE w.thread_id = %s AND w.task_path LIKE '~__pregel_pull%%'",
+            thread_id,
+        )
+    assert len(writes) >= 6, "the premise: each turn's two node steps left writes"
+    assert all(writes_tx == checkpoint_tx for writes_tx, checkpoint_tx in writes), writes

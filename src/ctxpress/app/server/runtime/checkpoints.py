@@ -78,20 +78,34 @@ NODE_TASK_PATH_PREFIX = "~__pregel_pull"
 
 @dataclass
 class _HeldWrites:
-    """Node steps' pending writes waiting for their step's checkpoint, per thread and namespace."""
+    """Node steps' pending writes waiting for their step's checkpoint, per thread and namespace.
 
-    statements: dict[_ThreadKey, list[_WriteStatement]] = field(default_factory=dict)
+    A statement is held from the moment its saver call starts, as a future while its rows are
+    prepared in a worker thread: LangGraph saves a step's writes and then its checkpoint in two
+    tasks, and the checkpoint's task may run while the writes' rows are still being prepared.
+    Taking a thread's statements waits for those in preparation, so they still join the checkpoint.
+    """
 
-    def hold(self, key: _ThreadKey, statement: _WriteStatement) -> None:
+    statements: dict[_ThreadKey, list[asyncio.Future[_WriteStatement]]] = field(default_factory=dict)
+
+    def hold(self, key: _ThreadKey, statement: _WriteStatement | asyncio.Future[_WriteStatement]) -> None:
+        if not isinstance(statement, asyncio.Future):
+            ready: asyncio.Future[_WriteStatement] = asyncio.get_running_loop().create_future()
+            ready.set_result(statement)
+            statement = ready
         self.statements.setdefault(key, []).append(statement)
 
-    def take(self, key: _ThreadKey) -> list[_WriteStatement]:
-        return self.statements.pop(key, [])
+    async def take(self, key: _ThreadKey) -> list[_WriteStatement]:
+        return await _prepared(self.statements.pop(key, []))
 
-    def take_all(self) -> list[_WriteStatement]:
+    async def take_all(self) -> list[_WriteStatement]:
         taken = [statement for statements in self.statements.values() for statement in statements]
         self.statements.clear()
-        return taken
+        return await _prepared(taken)
+
+
+async def _prepared(statements: Sequence[asyncio.Future[_WriteStatement]]) -> list[_WriteStatement]:
+    return list(await asyncio.gather(*statements)) if statements else []
 
 
 #: The writes held in the current `grouped_step_writes()` block (None: no block).
@@ -135,7 +149,7 @@ async def grouped_step_writes(checkpointer: BaseCheckpointSaver[Any] | bool | No
         yield
     finally:
         _held_writes.reset(token)
-        await checkpointer.save_writes(held.take_all())
+        await checkpointer.save_writes(await held.take_all())
 
 
 def _read_key(config: RunnableConfig) -> _ReadKey:
@@ -224,7 +238,10 @@ class ServicePostgresSaver(_ScopedReads, AsyncPostgresSaver):
             await super().aput_writes(config, writes, task_id, task_path)
             return
         forget_scoped_reads()
-        held.hold(_thread_key(config), await self._write_statement(config, writes, task_id, task_path))
+        # Held before its rows are prepared: a checkpoint saved meanwhile waits for them (`_HeldWrites`).
+        statement = asyncio.ensure_future(self._write_statement(config, writes, task_id, task_path))
+        held.hold(_thread_key(config), statement)
+        await statement
 
     async def aput(
         self,
@@ -246,7 +263,7 @@ class ServicePostgresSaver(_ScopedReads, AsyncPostgresSaver):
             for statement in recorder.statements:
                 held.hold(_thread_key(config), statement)
             return saved
-        leading = held.take(_thread_key(config)) if held is not None else []
+        leading = await held.take(_thread_key(config)) if held is not None else []
         if not leading:
             return await super().aput(config, checkpoint, metadata, new_versions)
         token = _leading_writes.set(tuple(leading))
@@ -258,7 +275,7 @@ class ServicePostgresSaver(_ScopedReads, AsyncPostgresSaver):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         held = _held_writes.get()
         if held is not None:  # the thread's waiting writes are part of what a read must see
-            await self.save_writes(held.take(_thread_key(config)))
+            await self.save_writes(await held.take(_thread_key(config)))
         return await super().aget_tuple(config)
 
     async def save_writes(self, statements: Sequence[_WriteStatement]) -> None:
