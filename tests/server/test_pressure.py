@@ -10,17 +10,24 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
+
+from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.repositories.pressure import PressureRepository
+from ctxpress.app.server.repositories.usage import UsageRepository
 from ctxpress.app.server.runtime.pressure_recording import pressure_from_event
 from ctxpress.app.server.usecases.pressure import RecordedPressure
-from ctxpress.app.testing.api import create_conversation, read_events, send
+from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
 from ctxpress.app.testing.records import add_conversation
 from ctxpress.config import TOKENS_PER_K, CompressionConfig
 from ctxpress.pressure import SUGGEST_COMPRESS_RATIO, RequestPressure
+from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
+from .fakes import echo_script
 from .test_compress import TURNS, agent_state, compress, context, kb_agent, run_count, talk
+from .test_sse import stored_assistant_texts
 from .transactions import watch_transactions
 
 BREAKDOWN = ("system", "tools", "summary", "messages")
@@ -190,3 +197,65 @@ def test_s22_only_root_agent_pressure_events_are_recorded() -> None:
     assert pressure_from_event({**event, "namespace": ["tools:abc"]}) is None
     assert pressure_from_event({**event, "total": None}) is None
     assert pressure_from_event({**event, "tools": True}) is None
+
+
+def test_a_runs_final_answer_is_stored_by_the_transaction_that_finishes_it(
+    start_server: ServerFactory,
+) -> None:
+    """Issue 17 (SQL transactions per turn): the step that records the final answer (a reply that
+    calls no tool), with its usage and the pressure of its call, commits with the run's final status
+    and `run_finished`, one transaction less per turn; a step that calls a tool is stored at once,
+    as before, and the stream's order is unchanged."""
+    server = start_server(agents=[kb_agent()])
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+    with watch_transactions(server.services.database.engine.sync_engine) as seen:
+        run = send(alice, conversation_id, "files 看看工作目录")["run"]
+        wait_for_status(alice, run["id"], {"succeeded"})
+        events = read_events(alice, run["id"])
+    finishing = [
+        statements
+        for statements in seen.with_statement("UPDATE runs SET status")
+        if any(
+            statement.startswith("UPDATE runs SET") and "finished_at" in statement for statement in statements
+        )
+    ]
+    assert len(finishing) == 1, seen.committed
+    inserts = [statement.split()[2] for statement in finishing[0] if statement.startswith("INSERT INTO")]
+    assert {"messages", "usage_records", "conversation_pressure"} <= set(inserts), finishing[0]
+    # The tool-calling step (and the tool's result) were stored before, each in its own transaction.
+    storing_messages = seen.with_statement("INSERT INTO messages")
+    assert len(storing_messages) == 4, storing_messages  # the question, the call, the result, the answer
+    types = [event.type for event in events]
+    assert types[-4:] == ["context_pressure", "message", "usage", "run_finished"], types
+    assert stored_assistant_texts(alice, conversation_id)[-1] == events[-3].data["content"]
+
+
+def test_a_final_answer_that_cannot_be_stored_fails_the_run_and_frees_the_conversation(
+    start_server: ServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the finishing transaction cannot store the last step (here its usage records), the run
+    still finishes at once -- failed, saying why, as when a step's own store fails -- instead of
+    holding its conversation until its lease expires; the next message runs."""
+    # No tool: the answer is the run's only step, stored by the finishing transaction.
+    echo = AgentDefinition(
+        name="echo", model=ModelSpec(model=ScriptedChatModel(script=echo_script)), tools=(), capabilities=()
+    )
+    server = start_server(agents=[echo])
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+    real_add = UsageRepository.add
+
+    async def failing_add(self: UsageRepository, rows: Any) -> None:
+        if rows:
+            raise RuntimeError("usage table unavailable")
+
+    monkeypatch.setattr(UsageRepository, "add", failing_add)
+    run = send(alice, conversation_id, "你好")["run"]
+    failed = wait_for_status(alice, run["id"], {"failed", "succeeded"})
+    assert failed["status"] == "failed" and "usage table unavailable" in failed["error"]
+    events = read_events(alice, run["id"])
+    assert events[-1].type == "run_finished" and events[-1].data["status"] == "failed"
+    monkeypatch.setattr(UsageRepository, "add", real_add)
+    again = send(alice, conversation_id, "再来")["run"]
+    assert wait_for_status(alice, again["id"], {"failed", "succeeded"})["status"] == "succeeded"

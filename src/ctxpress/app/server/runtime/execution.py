@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
@@ -152,7 +153,9 @@ class RunExecutor:
         runtime = self.agents.get(run.agent_name)
         if runtime is None:
             await self._finish(
-                run, Outcome(RUN_FAILED, f"agent {run.agent_name!r} is not configured in this service")
+                run,
+                Outcome(RUN_FAILED, f"agent {run.agent_name!r} is not configured in this service"),
+                Leftovers(),
             )
             return
         collector = UsageCollector(
@@ -204,11 +207,9 @@ class RunExecutor:
         except Exception as exc:
             logger.exception("run %s failed", run.id)
             outcome = Outcome(RUN_FAILED, _describe_error(exc))
-        try:
-            await self._store_leftovers(run, collector, waiting)
-        except Exception:
-            logger.exception("run %s: usage or pressure could not be recorded", run.id)
-        await self._finish(run, outcome)
+        # What the run has not stored yet: its last step (`_may_end_the_run`), pressure waiting for
+        # a step, usage of calls whose step never came.
+        await self._finish_storing(run, outcome, Leftovers(list(waiting), collector.drain()))
 
     async def _stream(
         self,
@@ -250,6 +251,12 @@ class RunExecutor:
                     if stored and all(_waits_for_its_step(item) for item in stored):
                         # The middleware reports a call's pressure once the model has answered, just
                         # before the call's step: stored with that step, one transaction less per call.
+                        waiting += stored
+                        continue
+                    if _may_end_the_run(tuple(namespace), str(mode), stored):
+                        # Usually the graph's last step: stored (with its usage) by the transaction
+                        # that finishes the run, one less per turn; a step that follows after all
+                        # stores it first, below.
                         waiting += stored
                         continue
                     # A node's messages and its model call's usage (after them) in one transaction.
@@ -341,18 +348,24 @@ class RunExecutor:
         return unanswered_call_text(reason, conversation_language(user_texts or [run.input["text"]]))
 
     async def _store(self, run: Run, items: list[MappedItem], drafts: list[UsageDraft]) -> None:
-        """Durable events (with their chat-record messages) and usage records, in one transaction;
-        the events in one batch, in the order of `items`, then the usage events."""
+        """`_store_in` a transaction of its own."""
         async with self.database.session() as session:
-            new_events: list[NewEvent] = []
-            for item in items:
-                new_events.extend(await self._write(session, run, item))
-            await UsageRepository(session).add(
-                [draft.to_row(run.conversation_id, run.id) for draft in drafts]
-            )
-            new_events += [NewEvent(events.USAGE, self.usage_exclusion.event_data(draft)) for draft in drafts]
-            await self.events.append_all(session, run.id, new_events)
+            await self._store_in(session, run, items, drafts)
             await session.commit()
+
+    async def _store_in(
+        self, session: AsyncSession, run: Run, items: Sequence[MappedItem], drafts: Sequence[UsageDraft]
+    ) -> None:
+        """Durable events (with their chat-record messages) and usage records, in the session's
+        transaction; the events in one batch, in the order of `items`, then the usage events."""
+        if not items and not drafts:
+            return
+        new_events: list[NewEvent] = []
+        for item in items:
+            new_events.extend(await self._write(session, run, item))
+        await UsageRepository(session).add([draft.to_row(run.conversation_id, run.id) for draft in drafts])
+        new_events += [NewEvent(events.USAGE, self.usage_exclusion.event_data(draft)) for draft in drafts]
+        await self.events.append_all(session, run.id, new_events)
 
     async def _write(self, session: AsyncSession, run: Run, item: MappedItem) -> list[NewEvent]:
         """Store what `item` keeps beside its events (a message, the pressure record); its events."""
@@ -366,16 +379,25 @@ class RunExecutor:
             await record_pressure_event(PressureRepository(session), run.conversation_id, run.id, item.data)
         return [item]
 
-    async def _store_leftovers(self, run: Run, collector: UsageCollector, waiting: list[MappedItem]) -> None:
-        """What a run that stopped (or ended without a step after its last model call) has not
-        stored yet: pressure waiting for its step, usage of calls whose step never came."""
-        drafts = collector.drain()
-        if waiting or drafts:
-            await self._store(run, list(waiting), drafts)
-            waiting.clear()
+    async def _finish_storing(self, run: Run, outcome: Outcome, leftovers: Leftovers) -> None:
+        """`_finish`, storing `leftovers` in its transaction. When they cannot be stored, the run is
+        still finished, without them (logged): failed, with the reason, if they held a reply of the
+        chat record (as when a step's own store fails), else with its outcome."""
+        if not leftovers:
+            await self._finish(run, outcome, leftovers)
+            return
+        try:
+            await self._finish(run, outcome, leftovers)
+        except Exception as exc:
+            logger.exception("run %s: its last step, usage or pressure could not be recorded", run.id)
+            if any(isinstance(item, RecordedMessage) for item in leftovers.items):
+                outcome = Outcome(RUN_FAILED, _describe_error(exc))
+            await self._finish(run, outcome, Leftovers())
 
-    async def _finish(self, run: Run, outcome: Outcome) -> None:
+    async def _finish(self, run: Run, outcome: Outcome, leftovers: Leftovers) -> None:
         async with self.database.session() as session, conversation_lock(session, run.conversation_id):
+            # Before the status: a run that is no longer held here keeps them too (nothing is lost).
+            await self._store_in(session, run, leftovers.items, leftovers.drafts)
             runs = RunRepository(session)
             current = await runs.get(run.id)
             if current is None or current.status != RUN_RUNNING or current.lease_owner != self.worker_id:
@@ -396,6 +418,31 @@ class RunExecutor:
             final = [NewEvent(events.ERROR, {"message": outcome.error})] if outcome.error else []
             final.append(NewEvent(events.RUN_FINISHED, {"status": outcome.status, "error": outcome.error}))
             await self.events.append_all(session, run.id, final)
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    """What a run's finishing transaction stores before the run's final status and events."""
+
+    items: list[MappedItem] = field(default_factory=list)
+    drafts: list[UsageDraft] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.items or self.drafts)
+
+
+def _may_end_the_run(namespace: tuple[str, ...], mode: str, items: Sequence[MappedItem]) -> bool:
+    """A step of the top graph that records a reply calling no tool: after it the graph usually ends."""
+    return (
+        mode == "updates"
+        and not namespace
+        and any(
+            isinstance(item, RecordedMessage)
+            and isinstance(item.message, AIMessage)
+            and not item.message.tool_calls
+            for item in items
+        )
+    )
 
 
 def _waits_for_its_step(item: MappedItem) -> bool:
