@@ -39,6 +39,14 @@ def default_data_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".local" / "share") / APP_DIR_NAME
 
 
+#: Connections a service process keeps to its database by default (`Settings.database_pool_size`),
+#: none beyond: an overflow connection would be closed on return and opened again by the next burst
+#: (on PostgreSQL a server process forked per burst; on SQLite a thread and its pragmas), and more
+#: transactions at once only interleave on the one event loop -- a request waits for a free one
+#: instead (`bench/intake_burst.py`, `bench/streaming_load.py` measured 10 against 20 and 10 + 10).
+CONNECTION_POOL_SIZE = 10
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CTXPRESS_", extra="ignore", frozen=True)
 
@@ -54,6 +62,13 @@ class Settings(BaseSettings):
     )
     max_body_bytes: int = Field(default=1_048_576, ge=1024, description="Largest accepted request body.")
     max_input_chars: int = Field(default=100_000, ge=1, description="Longest accepted user message.")
+    database_pool_size: int = Field(
+        default=CONNECTION_POOL_SIZE,
+        ge=1,
+        le=500,
+        description="Database connections each process keeps, none beyond; a request waits for a free one "
+        "(PostgreSQL: the checkpointer keeps up to 10 more).",
+    )
     max_concurrent_runs: int = Field(
         default=16,
         ge=1,

@@ -13,15 +13,11 @@ from sqlalchemy.orm import Session
 
 from ctxpress.app.server.db.liveness import CheckoutLiveness
 from ctxpress.app.server.db.sqlite_writers import SqliteWriterTurns
-from ctxpress.app.server.settings import Backend, DatabaseTarget
+from ctxpress.app.server.settings import CONNECTION_POOL_SIZE, Backend, DatabaseTarget
 
 _DATABASE_KEY = "ctxpress_database"
 _AFTER_COMMIT_KEY = "ctxpress_after_commit"
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
-#: Connections each service process keeps to its database, none beyond: an overflow connection
-#: would be closed on return and opened again by the next burst (on PostgreSQL a server process
-#: forked per burst; on SQLite a thread and its pragmas). A request waits for a free one instead.
-CONNECTION_POOL_SIZE = 20
 
 
 class _ServiceSession(Session):
@@ -62,9 +58,9 @@ class KeyedLocks:
 
 
 class Database:
-    def __init__(self, target: DatabaseTarget) -> None:
+    def __init__(self, target: DatabaseTarget, *, pool_size: int = CONNECTION_POOL_SIZE) -> None:
         self.target = target
-        self.engine: AsyncEngine = _create_engine(target)
+        self.engine: AsyncEngine = _create_engine(target, pool_size)
         self.sessions = async_sessionmaker(
             self.engine,
             expire_on_commit=False,
@@ -92,18 +88,18 @@ class Database:
         await self.engine.dispose()
 
 
-def _create_engine(target: DatabaseTarget) -> AsyncEngine:
+def _create_engine(target: DatabaseTarget, pool_size: int) -> AsyncEngine:
     if target.backend == "sqlite":
         engine = create_async_engine(
             target.sqlalchemy_url,
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS},
-            pool_size=CONNECTION_POOL_SIZE,
+            pool_size=pool_size,
             max_overflow=0,
         )
         event.listen(engine.sync_engine, "connect", _configure_sqlite_connection)
         SqliteWriterTurns(SQLITE_BUSY_TIMEOUT_SECONDS).install(engine)
         return engine
-    engine = create_async_engine(target.sqlalchemy_url, pool_size=CONNECTION_POOL_SIZE, max_overflow=0)
+    engine = create_async_engine(target.sqlalchemy_url, pool_size=pool_size, max_overflow=0)
     CheckoutLiveness().install(engine)  # pings a connection only when it may have died (liveness.py)
     return engine
 

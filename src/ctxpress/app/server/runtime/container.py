@@ -123,7 +123,7 @@ def prepare_data_dir(settings: Settings) -> None:
 async def open_database(settings: Settings) -> AsyncIterator[Database]:
     """The database, migrated to the newest schema (also used by the CLI's user commands)."""
     prepare_data_dir(settings)
-    database = Database(settings.database())
+    database = Database(settings.database(), pool_size=settings.database_pool_size)
     try:
         async with schema_change_lock(database) as connection:
             await upgrade_on(connection)
@@ -142,7 +142,7 @@ async def open_services(
         target = settings.database()
         if target.backend == "sqlite":
             stack.enter_context(_exclusive_server_lock(settings.data_dir))
-        database = Database(target)
+        database = Database(target, pool_size=settings.database_pool_size)
         stack.push_async_callback(database.dispose)
         checkpointer = await stack.enter_async_context(open_checkpointer(target))
         async with schema_change_lock(database) as connection:
