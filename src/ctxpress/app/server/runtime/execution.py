@@ -248,15 +248,13 @@ class RunExecutor:
                         if isinstance(item, RecordedMessage):
                             partial.settled(item.message.id)
                         stored.append(item)
-                    if stored and all(_waits_for_its_step(item) for item in stored):
-                        # The middleware reports a call's pressure once the model has answered, just
-                        # before the call's step: stored with that step, one transaction less per call.
-                        waiting += stored
-                        continue
-                    if _may_end_the_run(tuple(namespace), str(mode), stored):
-                        # Usually the graph's last step: stored (with its usage) by the transaction
-                        # that finishes the run, one less per turn; a step that follows after all
-                        # stores it first, below.
+                    if (stored and all(_waits_for_its_step(item) for item in stored)) or _may_end_the_run(
+                        tuple(namespace), str(mode), stored
+                    ):
+                        # Held, one transaction less each: a call's pressure (reported once the model
+                        # has answered, just before the call's step) for that step; the graph's usual
+                        # last step (with its usage) for the run's finishing transaction -- a step
+                        # that follows after all stores it first, below.
                         waiting += stored
                         continue
                     # A node's messages and its model call's usage (after them) in one transaction.
@@ -383,12 +381,11 @@ class RunExecutor:
         """`_finish`, storing `leftovers` in its transaction. When they cannot be stored, the run is
         still finished, without them (logged): failed, with the reason, if they held a reply of the
         chat record (as when a step's own store fails), else with its outcome."""
-        if not leftovers:
-            await self._finish(run, outcome, leftovers)
-            return
         try:
             await self._finish(run, outcome, leftovers)
         except Exception as exc:
+            if not leftovers:
+                raise
             logger.exception("run %s: its last step, usage or pressure could not be recorded", run.id)
             if any(isinstance(item, RecordedMessage) for item in leftovers.items):
                 outcome = Outcome(RUN_FAILED, _describe_error(exc))
