@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from langchain_core.messages import AIMessage, BaseMessage
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
-from ctxpress.app.testing.api import create_conversation, send, wait_for_status
+from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
 from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
+from .transactions import watch_transactions
 
 
 class Gates:
@@ -82,3 +83,45 @@ def test_a_long_queue_of_one_user_does_not_starve_another(start_server: ServerFa
         gates.open()
     for accepted_run in accepted:
         assert wait_for_status(alice, accepted_run["run"]["id"], {"succeeded"})["status"] == "succeeded"
+
+
+def test_a_freed_slot_starts_the_oldest_waiting_run_in_the_finishing_transaction(
+    start_server: ServerFactory,
+) -> None:
+    """Issue 17 (SQL transactions per turn): the run that takes a freed slot -- the oldest waiting
+    queue head, whatever its conversation -- is started by the transaction that finishes the run
+    before it, with its `run_started` event: no queue read and claim of its own."""
+    gates = Gates("a1", "b1", "a2")
+    server = start_server(agents=[gated_agent(gates)], max_concurrent_runs=1, max_runs_per_user=1)
+    alice = server.client(server.create_user("alice"))
+    bob = server.client(server.create_user("bob"))
+    try:
+        a1 = send(alice, create_conversation(alice), "a1")
+        assert a1["started"] is True
+        b1 = send(bob, create_conversation(bob), "b1")
+        a2 = send(alice, create_conversation(alice), "a2")
+        assert b1["queued_because"] == "workers_busy" and a2["queued"] is True
+        with watch_transactions(server.services.database.engine.sync_engine) as seen:
+            gates.open("a1")
+            assert wait_for_status(bob, b1["run"]["id"], {"running"})["status"] == "running"
+            assert alice.get(f"/api/runs/{a2['run']['id']}").json()["status"] == "queued"
+            gates.open("b1")
+            assert wait_for_status(alice, a2["run"]["id"], {"running"})["status"] == "running"
+            gates.open("a2")
+            assert wait_for_status(alice, a2["run"]["id"], {"succeeded"})["status"] == "succeeded"
+    finally:
+        gates.open()
+    starting = seen.with_statement("UPDATE runs SET status")
+    starts = [t for t in starting if any(_starts_a_run(statement) for statement in t)]
+    assert len(starts) == 2, starting  # b1's and a2's
+    for statements in starts:
+        finishing = [s for s in statements if s.startswith("UPDATE runs SET") and "finished_at" in s]
+        assert len(finishing) == 1, statements  # the run before it finished in the same transaction
+        assert any(s.startswith("INSERT INTO run_events") for s in statements), statements
+    for client, accepted in ((bob, b1), (alice, a2)):
+        types = [event.type for event in read_events(client, accepted["run"]["id"])]
+        assert types[:2] == ["run_queued", "run_started"] and types[-1] == "run_finished", types
+
+
+def _starts_a_run(statement: str) -> bool:
+    return statement.startswith("UPDATE runs SET") and "attempts" in statement and "lease_owner" in statement

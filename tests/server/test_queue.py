@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Awaitable, Callable
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
+from ctxpress.app.server.db.engine import Database
+from ctxpress.app.server.runtime.locks import conversation_lock
 from ctxpress.app.server.runtime.worker import RunWorker
 from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
 from ctxpress.app.testing.records import query_sql
@@ -119,26 +122,51 @@ async def _release_queue_loop(worker: RunWorker) -> None:
     worker.nudge()
 
 
+async def _hold_conversation_lock(database: Database, conversation_id: str) -> Callable[[], Awaitable[None]]:
+    """Take the conversation's lock in a task of its own (as another process would hold it); returns
+    what lets go of it."""
+    taken, release = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with database.session() as session, conversation_lock(session, conversation_id):
+            taken.set()
+            await release.wait()
+
+    holder = asyncio.create_task(hold())
+    await taken.wait()
+
+    async def let_go() -> None:
+        release.set()
+        await holder
+
+    return let_go
+
+
 def test_a_freed_slot_goes_to_the_oldest_waiting_run(start_server: ServerFactory) -> None:
     """FIFO across conversations (S18): between a run's end and the worker's next look at the queue,
-    a new message must not take the freed slot from an older run that waits for one. Under load that
-    window is real (a client sends its next message the moment its run ends); the test holds the
-    worker's queue loop to open it on purpose."""
+    a new message must not take the freed slot from an older run that waits for one. A finishing run
+    hands its slot to the oldest waiting run in its own transaction, but cannot when that run's
+    conversation is locked at that moment (by another process, say): then the window is real (a
+    client sends its next message the moment its run ends). The test holds the older conversation's
+    lock and the worker's queue loop to open it on purpose."""
     gate = threading.Event()
     server = start_server(agents=[gated_agent(gate)], max_concurrent_runs=1)
     alice = server.client(server.create_user("alice"))
     first = send(alice, create_conversation(alice), "一")
-    older = send(alice, create_conversation(alice), "二")
+    older_conversation = create_conversation(alice)
+    older = send(alice, older_conversation, "二")
     assert first["started"] is True and older["queued_because"] == "workers_busy"
 
     worker = server.services.worker
     server.call(_hold_queue_loop(worker))
+    let_go = server.call(_hold_conversation_lock(server.services.database, older_conversation))
     gate.set()
     assert wait_for_status(alice, first["run"]["id"], {"succeeded"})["status"] == "succeeded"
     newer = send(alice, create_conversation(alice), "三")
     assert newer["started"] is False and newer["queued_because"] == "workers_busy"
     assert alice.get(f"/api/runs/{older['run']['id']}").json()["status"] == "queued"
 
+    server.call(let_go())
     server.call(_release_queue_loop(worker))
     older_run = wait_for_status(alice, older["run"]["id"], {"succeeded"})
     newer_run = wait_for_status(alice, newer["run"]["id"], {"succeeded"})

@@ -11,7 +11,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
@@ -75,6 +76,19 @@ DURABILITY: Final[Durability] = "sync"
 MAX_ERROR_CHARS = 2000
 
 StopReason = Literal["cancelled", "shutdown", "lease_lost"]
+#: The worker's part of a run's finishing transaction (`RunWorker.hand_over_slot`): claims the run
+#: that takes the slot, in the session given; returns what launches it after the commit. The exit
+#: stack is left once the transaction has committed or rolled back.
+SlotHandOver = Callable[[AsyncSession, AsyncExitStack], Awaitable[Callable[[], None] | None]]
+
+
+@dataclass(frozen=True)
+class ClaimedRun:
+    """A queued run as the transaction that made it running left it, with the id of its newest
+    event (that `run_started`): its executor starts from these instead of reading them again."""
+
+    run: Run
+    newest_event_id: int
 
 
 @dataclass
@@ -88,6 +102,8 @@ class ActiveRun:
     stop_reason: StopReason | None = None
     #: The conversation owner's id (the per-user cap counts it); None when not known.
     user_id: str | None = None
+    #: A queued run's state when it was claimed (None: the executor reads it).
+    claimed: ClaimedRun | None = None
 
 
 @dataclass(frozen=True)
@@ -138,24 +154,33 @@ class RunExecutor:
         self.delta_window_seconds = delta_window_seconds
         self.delta_max_chars = delta_max_chars
 
-    async def execute(self, active: ActiveRun) -> None:
+    async def execute(self, active: ActiveRun, *, hand_over: SlotHandOver | None = None) -> None:
         with run_logging_context(active.run_id, active.conversation_id):
-            await self._execute(active)
+            await self._execute(active, hand_over)
 
-    async def _execute(self, active: ActiveRun) -> None:
-        async with self.database.session() as session:
-            run = await RunRepository(session).get(active.run_id)
-            # Its events so far (`run_started`, stored when it became running; a resumed run's
-            # earlier ones): the deltas to come are positioned after the newest.
-            newest_event_id = await RunEventRepository(session).newest_id(active.run_id)
+    async def _execute(self, active: ActiveRun, hand_over: SlotHandOver | None) -> None:
+        run: Run | None
+        if active.claimed is not None:
+            # A queued run (its stream open for a while): one read transaction less per turn.
+            run, newest_event_id = active.claimed.run, active.claimed.newest_event_id
+            active.claimed = None
+        else:
+            # Started by its intake: this read is also the moment its request's stream gets to open
+            # before the run's first step takes the event loop.
+            async with self.database.session() as session:
+                run = await RunRepository(session).get(active.run_id)
+                # Its events so far (`run_started`, stored when it became running; a resumed run's
+                # earlier ones): the deltas to come are positioned after the newest.
+                newest_event_id = await RunEventRepository(session).newest_id(active.run_id)
         if run is None or run.status != RUN_RUNNING or run.lease_owner != self.worker_id:
             return
         runtime = self.agents.get(run.agent_name)
         if runtime is None:
-            await self._finish(
+            await self._finish_storing(
                 run,
                 Outcome(RUN_FAILED, f"agent {run.agent_name!r} is not configured in this service"),
                 Leftovers(),
+                hand_over,
             )
             return
         collector = UsageCollector(
@@ -209,7 +234,7 @@ class RunExecutor:
             outcome = Outcome(RUN_FAILED, _describe_error(exc))
         # What the run has not stored yet: its last step (`_may_end_the_run`), pressure waiting for
         # a step, usage of calls whose step never came.
-        await self._finish_storing(run, outcome, Leftovers(list(waiting), collector.drain()))
+        await self._finish_storing(run, outcome, Leftovers(list(waiting), collector.drain()), hand_over)
 
     async def _stream(
         self,
@@ -377,10 +402,22 @@ class RunExecutor:
             await record_pressure_event(PressureRepository(session), run.conversation_id, run.id, item.data)
         return [item]
 
-    async def _finish_storing(self, run: Run, outcome: Outcome, leftovers: Leftovers) -> None:
-        """`_finish`, storing `leftovers` in its transaction. When they cannot be stored, the run is
-        still finished, without them (logged): failed, with the reason, if they held a reply of the
-        chat record (as when a step's own store fails), else with its outcome."""
+    async def _finish_storing(
+        self, run: Run, outcome: Outcome, leftovers: Leftovers, hand_over: SlotHandOver | None
+    ) -> None:
+        """`_finish`, storing `leftovers` and handing the run's slot over in its transaction. When
+        that fails, the run is finished all the same (logged): without the hand-over (the worker's
+        poll starts the next run); then, if the leftovers cannot be stored either, without them:
+        failed, with the reason, if they held a reply of the chat record (as when a step's own
+        store fails), else with its outcome."""
+        if hand_over is not None:
+            try:
+                await self._finish(run, outcome, leftovers, hand_over)
+                return
+            except Exception:
+                logger.exception(
+                    "run %s: finishing with the next run's start failed; finishing alone", run.id
+                )
         try:
             await self._finish(run, outcome, leftovers)
         except Exception as exc:
@@ -391,8 +428,17 @@ class RunExecutor:
                 outcome = Outcome(RUN_FAILED, _describe_error(exc))
             await self._finish(run, outcome, Leftovers())
 
-    async def _finish(self, run: Run, outcome: Outcome, leftovers: Leftovers) -> None:
-        async with self.database.session() as session, conversation_lock(session, run.conversation_id):
+    async def _finish(
+        self, run: Run, outcome: Outcome, leftovers: Leftovers, hand_over: SlotHandOver | None = None
+    ) -> None:
+        successor: Callable[[], None] | None = None
+        # Left in reverse: the lock block commits, then `until_committed` lets go of what the
+        # hand-over holds, then the session closes.
+        async with (
+            self.database.session() as session,
+            AsyncExitStack() as until_committed,
+            conversation_lock(session, run.conversation_id),
+        ):
             # Before the status: a run that is no longer held here keeps them too (nothing is lost).
             await self._store_in(session, run, leftovers.items, leftovers.drafts)
             runs = RunRepository(session)
@@ -404,17 +450,22 @@ class RunExecutor:
             await prune_quietly(self.agents.checkpointer, run.conversation_id, self.metrics, session)
             if outcome.status == RUN_WAITING_INPUT:
                 runs.wait_for_input(current, outcome.interrupts)
-                questions = [
+                final = [
                     NewEvent(events.INTERRUPT, {"interrupt_id": pending["id"], "value": pending["value"]})
                     for pending in outcome.interrupts
                 ]
-                await self.events.append_all(session, run.id, questions)
-                return
-            runs.finish(current, outcome.status, outcome.error)
-            self.metrics.runs_finished.labels(outcome=outcome.status).inc()
-            final = [NewEvent(events.ERROR, {"message": outcome.error})] if outcome.error else []
-            final.append(NewEvent(events.RUN_FINISHED, {"status": outcome.status, "error": outcome.error}))
+            else:
+                runs.finish(current, outcome.status, outcome.error)
+                self.metrics.runs_finished.labels(outcome=outcome.status).inc()
+                final = [NewEvent(events.ERROR, {"message": outcome.error})] if outcome.error else []
+                final.append(
+                    NewEvent(events.RUN_FINISHED, {"status": outcome.status, "error": outcome.error})
+                )
             await self.events.append_all(session, run.id, final)
+            if hand_over is not None:
+                successor = await hand_over(session, until_committed)
+        if successor is not None:
+            successor()
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@
   raise 409 `thread_busy` with reason `compressing` and `Retry-After` at once
   (`conversations.compressing_until` says a compression holds the lock or is about to).
 
-Never hold two conversation locks at once (no lock ordering is defined, so that could deadlock).
+Never wait for a second conversation lock while holding one (no lock ordering is defined, so that
+could deadlock). Trying one, which never waits, is fine: `try_second_conversation_lock` (how a
+finishing run starts another conversation's queued run in its own transaction).
 """
 
 from __future__ import annotations
@@ -131,6 +133,33 @@ async def try_conversation_lock(
     """Take the lock only if nobody holds it; yields None otherwise (or when the conversation is gone)."""
     async with _hold(session, conversation_id, skip_locked=True) as locked:
         yield locked
+
+
+@asynccontextmanager
+async def try_second_conversation_lock(
+    session: AsyncSession, conversation_id: str, *, holding: str
+) -> AsyncIterator[LockedConversation | None]:
+    """In a transaction that holds the lock of conversation `holding`: take `conversation_id`'s too
+    if nobody holds it (None otherwise, or when the conversation is gone), never waiting. It is held
+    until the transaction ends: the caller commits or rolls back before leaving this block. The
+    conversation `holding` itself is simply given back, locked."""
+    database = Database.of(session)
+    local_lock: asyncio.Lock | None = None
+    if database.backend == "sqlite" and conversation_id != holding:
+        local_lock = database.local_conversation_locks.get(conversation_id)
+        if local_lock.locked():
+            yield None
+            return
+        await local_lock.acquire()  # free: taken at once
+    try:
+        # PostgreSQL: a row this transaction has locked already is no conflict for SKIP LOCKED.
+        conversation = await ConversationRepository(session).read_for_lock(
+            conversation_id, row_lock=database.backend == "postgresql", skip_locked=True
+        )
+        yield None if conversation is None else LockedConversation(session, conversation)
+    finally:
+        if local_lock is not None:
+            local_lock.release()
 
 
 @asynccontextmanager

@@ -2,7 +2,9 @@
 
 - Claiming: intake starts a run directly when its conversation is idle, this process has a free
   slot and no older queued run may be waiting for one (a freed slot goes to the oldest waiting run,
-  FIFO across conversations). Fairness: a user holds at most `max_runs_per_user` of this process's
+  FIFO across conversations). A run that finishes hands its slot over in its finishing transaction:
+  that transaction starts the oldest queue head that may start (`hand_over_slot`), so a queued run
+  costs no queue read and claim of its own. Fairness: a user holds at most `max_runs_per_user` of this process's
   slots; a user's further runs wait (`user_run_limit`) while other users' runs take the free slots.
   Everything else waits as `queued`; the poll loop (woken on every local change, and every
   `poll_seconds` for other processes' changes) finds conversations whose queue head may start and
@@ -19,13 +21,18 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
 import time
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Final
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -35,14 +42,21 @@ from ctxpress.app.server.metrics import ServiceMetrics
 from ctxpress.app.server.repositories.runs import RunRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.events import EventLog
-from ctxpress.app.server.runtime.execution import ActiveRun, RunExecutor, run_started_data
-from ctxpress.app.server.runtime.locks import try_conversation_lock
+from ctxpress.app.server.runtime.execution import ActiveRun, ClaimedRun, RunExecutor, run_started_data
+from ctxpress.app.server.runtime.locks import (
+    LockedConversation,
+    try_conversation_lock,
+    try_second_conversation_lock,
+)
 from ctxpress.app.server.runtime.unanswered_calls import LEASE_EXPIRED_ERROR
 
 logger = logging.getLogger(__name__)
 
 RECOVERY_BATCH = 100
 SHUTDOWN_GRACE_SECONDS = 10.0
+#: Queue heads a finishing run looks at for its slot's next run (one may be locked by another
+#: process, or its user at the limit; the poll looks further).
+HAND_OVER_CANDIDATES: Final = 3
 
 
 def new_worker_id() -> str:
@@ -131,25 +145,29 @@ class RunWorker:
         if self._reserved_by_user[user_id] <= 0:
             del self._reserved_by_user[user_id]
 
-    async def mark_started(self, session: AsyncSession, run: Run) -> None:
+    async def mark_started(self, session: AsyncSession, run: Run) -> int:
         """Make a run `running` here, with its `run_started` event in the same transaction: the event
-        is there (and on every stream) the moment the run is, before the executor does anything."""
+        is there (and on every stream) the moment the run is, before the executor does anything.
+        Returns the event's id."""
         RunRepository.start(run, self.worker_id, self.lease_deadline())
         runtime = self.executor.agents.get(run.agent_name)
-        await self.events.append(session, run.id, events.RUN_STARTED, run_started_data(run, runtime))
+        return await self.events.append(session, run.id, events.RUN_STARTED, run_started_data(run, runtime))
 
-    def launch(self, run_id: str, conversation_id: str, user_id: str) -> None:
-        """Execute a run this worker has claimed (consumes a reserved slot)."""
+    def launch(
+        self, run_id: str, conversation_id: str, user_id: str, *, claimed: ClaimedRun | None = None
+    ) -> None:
+        """Execute a run this worker has claimed (consumes a reserved slot); `claimed`: the run as
+        its claim left it, committed."""
         self._reserved_slots -= 1
         self._unreserve_user(user_id)
-        active = ActiveRun(run_id, conversation_id, user_id=user_id)
+        active = ActiveRun(run_id, conversation_id, user_id=user_id, claimed=claimed)
         self._active[run_id] = active
         self.metrics.runs_active.set(len(self._active))
         active.task = asyncio.create_task(self._execute(active), name=f"ctxpress-run-{run_id}")
 
     async def _execute(self, active: ActiveRun) -> None:
         try:
-            await self.executor.execute(active)
+            await self.executor.execute(active, hand_over=functools.partial(self.hand_over_slot, active))
         except asyncio.CancelledError:
             pass  # the executor already recorded what it could; the task ends here
         except Exception:
@@ -255,38 +273,95 @@ class RunWorker:
             if not self.has_free_slot():
                 out_of_slots = True
                 break
-            if not self.reserve_slot(user_id):
-                continue  # this user holds enough slots; another user's run may start
-            try:
-                run_id = await self._claim_queue_head(conversation_id)
-            except BaseException:
-                self.release_slot(user_id)
-                raise
-            if run_id is None:
-                self.release_slot(user_id)
+            # None also when this user holds enough slots: another user's run may start.
+            claimed = await self._with_a_slot(
+                user_id, functools.partial(self._claim_queue_head, conversation_id)
+            )
+            if claimed is None:
                 continue
-            self.launch(run_id, conversation_id, user_id)
+            self.launch(claimed.run.id, conversation_id, user_id, claimed=claimed)
             started += 1
         # Heads left for lack of a slot (or more than this read looked at) still wait.
         self._runs_wait_for_slot = out_of_slots or len(candidates) >= free * 2
         return started
 
-    async def _claim_queue_head(self, conversation_id: str) -> str | None:
+    async def _claim_queue_head(self, conversation_id: str) -> ClaimedRun | None:
         async with (
             self.database.session() as session,
             try_conversation_lock(session, conversation_id) as locked,
         ):
             if locked is None:
                 return None  # another worker holds it right now; it will be looked at again
-            busy = await locked.busy_state()
-            if busy is None or busy.reason != "queued":
-                return None
-            runs = RunRepository(session)
-            head = await runs.head_of_queue(conversation_id)
-            if head is None:
-                return None
-            await self.mark_started(session, head)
-            return head.id
+            return await self._start_queue_head(locked)
+
+    async def _start_queue_head(self, locked: LockedConversation) -> ClaimedRun | None:
+        """Make the conversation's queue head running here, if nothing runs or waits before it."""
+        busy = await locked.busy_state()
+        if busy is None or busy.reason != "queued":
+            return None
+        head = await RunRepository(locked.session).head_of_queue(locked.conversation.id)
+        if head is None:
+            return None
+        return ClaimedRun(head, await self.mark_started(locked.session, head))
+
+    async def hand_over_slot(
+        self, finished: ActiveRun, session: AsyncSession, until_committed: AsyncExitStack
+    ) -> Callable[[], None] | None:
+        """In the transaction that finishes `finished` (under its conversation's lock): start the run
+        its slot goes to -- the oldest queue head that may start, as the poll would pick it -- with
+        that commit. Returns what launches it once the transaction has committed (None: no run was
+        claimed). `until_committed` is left after the commit or rollback: it lets go of the claimed
+        conversation's lock, and on a rollback gives both slots back as they were."""
+        if self._stopping or not self._queue_may_hold_runs:
+            return None
+        # The finished run's slot is the one handed over (the run's task ends right after).
+        if self._active.pop(finished.run_id, None) is None:
+            return None
+        until_committed.push(_on_rollback(functools.partial(self._still_active, finished)))
+        runs = RunRepository(session)
+        candidates = await runs.ready_queue_heads(
+            limit=HAND_OVER_CANDIDATES, excluding_owners=self.users_at_limit()
+        )
+        if not candidates:
+            # Nothing waits for a slot (as after the poll's read that finds no head): a new message
+            # may take one; a finish reads the queue again only while runs are queued.
+            self._runs_wait_for_slot = False
+            self._queue_may_hold_runs = await runs.count_queued() > 0
+            return None
+        for conversation_id, user_id in candidates:
+
+            async def claim(conversation_id: str = conversation_id) -> ClaimedRun | None:
+                locked = await until_committed.enter_async_context(
+                    try_second_conversation_lock(session, conversation_id, holding=finished.conversation_id)
+                )
+                return None if locked is None else await self._start_queue_head(locked)
+
+            claimed = await self._with_a_slot(user_id, claim)
+            if claimed is None:
+                continue
+            until_committed.push(_on_rollback(functools.partial(self.release_slot, user_id)))
+            return functools.partial(self.launch, claimed.run.id, conversation_id, user_id, claimed=claimed)
+        return None
+
+    async def _with_a_slot(
+        self, user_id: str, claim: Callable[[], Awaitable[ClaimedRun | None]]
+    ) -> ClaimedRun | None:
+        """`claim` a run of `user_id` with a slot reserved for it; None, and the slot given back, when
+        none is free for the user or nothing was claimed."""
+        if not self.reserve_slot(user_id):
+            return None
+        try:
+            claimed = await claim()
+        except BaseException:
+            self.release_slot(user_id)
+            raise
+        if claimed is None:
+            self.release_slot(user_id)
+        return claimed
+
+    def _still_active(self, run: ActiveRun) -> None:
+        if run.task is not None and not run.task.done():
+            self._active[run.run_id] = run
 
     async def heartbeat(self) -> None:
         run_ids = list(self._active)
@@ -339,3 +414,17 @@ class RunWorker:
         if recovered:
             self.nudge(queued=True)
         return recovered
+
+
+def _on_rollback(
+    undo: Callable[[], None],
+) -> Callable[[type[BaseException] | None, BaseException | None, TracebackType | None], None]:
+    """An exit callback for an `AsyncExitStack` around a transaction: `undo` when it did not commit."""
+
+    def exit_callback(
+        exc_type: type[BaseException] | None, _exc: BaseException | None, _tb: TracebackType | None
+    ) -> None:
+        if exc_type is not None:
+            undo()
+
+    return exit_callback
