@@ -99,7 +99,16 @@ def _create_engine(target: DatabaseTarget, pool_size: int) -> AsyncEngine:
         event.listen(engine.sync_engine, "connect", _configure_sqlite_connection)
         SqliteWriterTurns(SQLITE_BUSY_TIMEOUT_SECONDS).install(engine)
         return engine
-    engine = create_async_engine(target.sqlalchemy_url, pool_size=pool_size, max_overflow=0)
+    engine = create_async_engine(
+        target.sqlalchemy_url,
+        pool_size=pool_size,
+        max_overflow=0,
+        # No server-side prepared statements: psycopg forgets them on every ROLLBACK (each read-only
+        # session ends with one) and sends `DEALLOCATE ALL` before the next statement -- a round
+        # trip and a server transaction of its own, about one every third turn, for statements
+        # prepared again after their next five runs.
+        connect_args={"prepare_threshold": None},
+    )
     CheckoutLiveness().install(engine)  # pings a connection only when it may have died (liveness.py)
     return engine
 
