@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, BaseMessage
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
+from ctxpress.app.server.runtime.worker import RunWorker
 from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
 from tests.fakes import ScriptedChatModel
 
@@ -125,3 +128,33 @@ def test_a_freed_slot_starts_the_oldest_waiting_run_in_the_finishing_transaction
 
 def _starts_a_run(statement: str) -> bool:
     return statement.startswith("UPDATE runs SET") and "attempts" in statement and "lease_owner" in statement
+
+
+def test_a_run_whose_hand_over_fails_still_finishes_with_its_answer(
+    start_server: ServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When starting the next run in the finishing transaction fails, that transaction rolls back
+    and the run is finished alone -- succeeded, its answer stored -- and the queued run starts as
+    before, from the worker's own look at the queue."""
+    gates = Gates("a1", "b1")
+    server = start_server(agents=[gated_agent(gates)], max_concurrent_runs=1, max_runs_per_user=1)
+    alice = server.client(server.create_user("alice"))
+    bob = server.client(server.create_user("bob"))
+
+    async def failing_hand_over(*_args: Any) -> None:
+        raise RuntimeError("hand-over unavailable")
+
+    monkeypatch.setattr(RunWorker, "hand_over_slot", failing_hand_over)
+    try:
+        a1 = send(alice, create_conversation(alice), "a1")
+        b1 = send(bob, create_conversation(bob), "b1")
+        assert a1["started"] is True and b1["queued"] is True
+        gates.open()
+        finished = wait_for_status(alice, a1["run"]["id"], {"succeeded", "failed"})
+        assert finished["status"] == "succeeded", finished
+        assert wait_for_status(bob, b1["run"]["id"], {"succeeded", "failed"})["status"] == "succeeded"
+    finally:
+        gates.open()
+    events = read_events(alice, a1["run"]["id"])
+    assert [event.type for event in events][-3:] == ["message", "usage", "run_finished"]
+    assert events[-3].data["content"] == "答：a1"
