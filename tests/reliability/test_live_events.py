@@ -183,6 +183,28 @@ def test_cancel_reaches_the_executing_process_through_redis(services: Any) -> No
     assert received[-1].type == "run_finished" and received[-1].data["status"] == "cancelled"
 
 
+@POSTGRES_ONLY
+def test_without_redis_a_cancel_reaches_the_executing_process_through_postgresql(services: Any) -> None:
+    """PostgreSQL without Redis: a cancel sent to B reaches A, which executes the run, through the
+    database's notifications -- not at A's next lease heartbeat (every 10 s here)."""
+    a, b, token = services({"CTXPRESS_RUN_LEASE_SECONDS": "30", "CTXPRESS_TEST_CHUNKS": "2000"})
+    via_a, via_b = a.client(token), b.client(token)
+    run_id = send(via_a, new_conversation(via_a), "讲很长")["run"]["id"]
+    cancelled_at = None
+    with via_b.stream("GET", f"/api/runs/{run_id}/events", timeout=60) as response:
+        received: list[SseEvent] = []
+        for event in iter_events(response):
+            received.append(event)
+            if event.type == "run_started":
+                assert via_b.post(f"/api/runs/{run_id}/cancel").status_code == 200
+                cancelled_at = time.monotonic()
+    assert cancelled_at is not None
+    # The run ended well before A's next heartbeat could have seen the flag (B's stream reads SQL
+    # after each second of silence, so it hears of the end within about a second).
+    assert time.monotonic() - cancelled_at < 5
+    assert received[-1].type == "run_finished" and received[-1].data["status"] == "cancelled"
+
+
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[Any]:
     """A redis-server of this test only (a free port, no persistence): it may be restarted."""

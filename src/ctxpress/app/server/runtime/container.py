@@ -51,10 +51,11 @@ from ctxpress.app.server.runtime.checkpoints import open_checkpointer
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.execution import RunExecutor
 from ctxpress.app.server.runtime.live_events import LiveBus, MemoryLiveBus
+from ctxpress.app.server.runtime.postgres_notify_bus import PostgresNotifyBus
 from ctxpress.app.server.runtime.redis_live_bus import RedisLiveBus
 from ctxpress.app.server.runtime.workdirs import ConversationWorkdirs, WorkdirQuota
 from ctxpress.app.server.runtime.worker import RunWorker, new_worker_id
-from ctxpress.app.server.settings import Settings
+from ctxpress.app.server.settings import DatabaseTarget, Settings
 from ctxpress.app.server.usecases.auth import AuthService, IssuedToken
 from ctxpress.app.server.usecases.compression import CompressionService
 from ctxpress.app.server.usecases.compression_history import CompressionHistoryService
@@ -175,7 +176,7 @@ async def open_services(
             unavailable_tools=retrieval.unavailable,
         )
         metrics = ServiceMetrics()
-        bus = live_bus(settings, redis, metrics)
+        bus = live_bus(settings, target, redis, metrics)
         await bus.start()
         stack.push_async_callback(bus.stop)
         events = EventLog(
@@ -254,8 +255,15 @@ async def open_services(
         yield services
 
 
-def live_bus(settings: Settings, redis: Redis | None, metrics: ServiceMetrics) -> LiveBus:
-    """Redis Streams when `redis_url` is set (several processes), else this process's memory."""
+def live_bus(
+    settings: Settings, target: DatabaseTarget, redis: Redis | None, metrics: ServiceMetrics
+) -> LiveBus:
+    """Redis Streams when `redis_url` is set (several processes); else this process's memory, with
+    cancel requests through PostgreSQL's `NOTIFY` on PostgreSQL (`PostgresNotifyBus`)."""
+    if redis is None and target.backend == "postgresql":
+        return PostgresNotifyBus(
+            target.checkpoint_target, metrics=metrics, maxlen=settings.live_stream_maxlen
+        )
     if redis is None:
         return MemoryLiveBus(metrics=metrics, maxlen=settings.live_stream_maxlen)
     return RedisLiveBus(
