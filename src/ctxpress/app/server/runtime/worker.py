@@ -4,8 +4,9 @@
   slot and no older queued run may be waiting for one (a freed slot goes to the oldest waiting run,
   FIFO across conversations). A run that finishes hands its slot over in its finishing transaction:
   that transaction starts the oldest queue head that may start (`hand_over_slot`), so a queued run
-  costs no queue read and claim of its own. Fairness: a user holds at most `max_runs_per_user` of this process's
-  slots; a user's further runs wait (`user_run_limit`) while other users' runs take the free slots.
+  costs no queue read and claim of its own. Fairness: a user holds at most `max_runs_per_user` of
+  this process's slots; a user's further runs wait (`user_run_limit`) while other users' runs take
+  the free slots.
   Everything else waits as `queued`; the poll loop (woken on every local change, and every
   `poll_seconds` for other processes' changes) finds conversations whose queue head may start and
   claims it under `try_conversation_lock` — on PostgreSQL `SELECT … FOR UPDATE SKIP LOCKED`, so
