@@ -330,19 +330,24 @@ class RunWorker:
             self._queue_may_hold_runs = await runs.count_queued() > 0
             return None
         for conversation_id, user_id in candidates:
-
-            async def claim(conversation_id: str = conversation_id) -> ClaimedRun | None:
-                locked = await until_committed.enter_async_context(
-                    try_second_conversation_lock(session, conversation_id, holding=finished.conversation_id)
-                )
-                return None if locked is None else await self._start_queue_head(locked)
-
+            claim = functools.partial(
+                self._claim_in, session, until_committed, conversation_id, holding=finished.conversation_id
+            )
             claimed = await self._with_a_slot(user_id, claim)
             if claimed is None:
                 continue
             until_committed.push(_on_rollback(functools.partial(self.release_slot, user_id)))
             return functools.partial(self.launch, claimed.run.id, conversation_id, user_id, claimed=claimed)
         return None
+
+    async def _claim_in(
+        self, session: AsyncSession, until_committed: AsyncExitStack, conversation_id: str, *, holding: str
+    ) -> ClaimedRun | None:
+        """Start the conversation's queue head in a transaction that holds `holding`'s lock."""
+        locked = await until_committed.enter_async_context(
+            try_second_conversation_lock(session, conversation_id, holding=holding)
+        )
+        return None if locked is None else await self._start_queue_head(locked)
 
     async def _with_a_slot(
         self, user_id: str, claim: Callable[[], Awaitable[ClaimedRun | None]]
