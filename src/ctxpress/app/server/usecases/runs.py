@@ -175,7 +175,9 @@ class RunService:
         if slot.held:
             await self.worker.mark_started(session, run)
             return Intake(run, True, None, None)
-        position = await runs.queue_position(run)
+        # Under the lock every queued run of the conversation is older than this one: it comes
+        # right after them (what `RunRepository.queue_position` would count, without the statement).
+        position = (busy.queued_runs if busy else 0) + 1
         queued_because = busy.reason if busy else self._why_no_slot(user.id)
         await self.events.append(
             session, run.id, events.RUN_QUEUED_EVENT, {"position": position, "reason": queued_because}
