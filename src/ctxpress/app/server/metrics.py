@@ -62,6 +62,17 @@ class ServiceMetrics:
             "Live events lost: a slow client's full queue or an unreachable bus.",
             registry=r,
         )
+        self.stream_watch_reads = Counter(
+            "ctxpress_stream_watch_reads",
+            "Reads of the silent-stream watch (PostgreSQL without Redis): one transaction each, for "
+            "all of the process's streams.",
+            registry=r,
+        )
+        self.stream_watch_wakes = Counter(
+            "ctxpress_stream_watch_wakes",
+            "Streams the silent-stream watch woke to read their run's new stored events or its end.",
+            registry=r,
+        )
         self.compression_events = Counter(
             "ctxpress_compression_events",
             "context_compression events, by level and status.",

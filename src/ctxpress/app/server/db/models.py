@@ -42,6 +42,8 @@ RUN_STATUSES: Final = (RUN_QUEUED, RUN_RUNNING, RUN_WAITING_INPUT, RUN_SUCCEEDED
 #: A run in one of these states keeps its conversation busy.
 ACTIVE_RUN_STATUSES: Final = (RUN_RUNNING, RUN_WAITING_INPUT)
 TERMINAL_RUN_STATUSES: Final = (RUN_SUCCEEDED, RUN_FAILED, RUN_CANCELLED)
+#: Where a run's event stream ends: the run finished, or waits for input (it resumes on a new stream).
+STREAM_ENDING_STATUSES: Final = (*TERMINAL_RUN_STATUSES, RUN_WAITING_INPUT)
 
 USAGE_MAIN: Final = "main"
 USAGE_SUMMARY: Final = "summary"

@@ -18,6 +18,7 @@ from ctxpress.app.server.db.models import (
     RUN_WAITING_INPUT,
     Conversation,
     Run,
+    RunEvent,
     is_public_id,
     utcnow,
 )
@@ -161,6 +162,15 @@ class RunRepository:
             .limit(limit)
         )
         return [(row[0], row[1]) for row in await self.session.execute(query)]
+
+    async def progress_of(self, run_ids: Collection[str]) -> dict[str, tuple[str, int]]:
+        """Each existing run's status and the id of its newest event (0 when it has none), in one
+        statement: what a stream needs to know whether it is behind (`silent_streams.py`)."""
+        newest = (
+            select(func.coalesce(func.max(RunEvent.id), 0)).where(RunEvent.run_id == Run.id).scalar_subquery()
+        )
+        query = select(Run.id, Run.status, newest).where(Run.id.in_(run_ids))
+        return {row[0]: (row[1], int(row[2])) for row in await self.session.execute(query)}
 
     async def count_queued(self) -> int:
         query = select(func.count()).select_from(Run).where(Run.status == RUN_QUEUED)

@@ -187,6 +187,7 @@ async def open_services(
             # One SQLite process, or every process on Redis: nobody writes events the bus misses.
             bus_sees_everything=bus.shared or target.backend == "sqlite",
         )
+        stack.push_async_callback(events.stop)
         usage = UsageService(database, excluded_providers=settings.usage_excluded_providers)
         worker_id = new_worker_id()
         executor = RunExecutor(

@@ -8,12 +8,13 @@
 
 `follow` serves one SSE stream: the durable events after the client's position from SQL plus, while
 the run executes, the deltas the bus still holds (its backlog); then what the bus delivers. It reads
-SQL again when the bus is silent for `poll_seconds` (`BUS_RECHECK_SECONDS` when every writer
-publishes on this bus: Redis, or SQLite's single process), reports a gap (a lost Redis connection, a full
-queue), or delivers an `interrupt` — so a stream never ends before the run's final events, and
-without a shared bus (PostgreSQL without Redis, another process's run) it still gets every durable
-event, `poll_seconds` late at most. A `run_finished` the bus delivers without a gap ends the stream
-at once: it is the run's last event, committed together with the final status.
+SQL again when the bus is silent for `BUS_RECHECK_SECONDS`, reports a gap (a lost Redis connection, a
+full queue, or -- without a bus that every writer publishes on, i.e. PostgreSQL without Redis -- the
+process's silent-stream watch finding a stored event the stream was not given: `silent_streams.py`),
+or delivers an `interrupt` — so a stream never ends before the run's final events, and without a
+shared bus (another process's run) it still gets every durable event, about `poll_seconds` late. A
+`run_finished` the bus delivers without a gap ends the stream at once: it is the run's last event,
+committed together with the final status.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from typing import Any, Final
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.engine import Database, call_after_commit
-from ctxpress.app.server.db.models import RUN_WAITING_INPUT, TERMINAL_RUN_STATUSES, Run, User
+from ctxpress.app.server.db.models import STREAM_ENDING_STATUSES, Run, User
 from ctxpress.app.server.metrics import ServiceMetrics
 from ctxpress.app.server.repositories.run_events import NewEvent, RunEventRepository
 from ctxpress.app.server.repositories.runs import RunRepository
 from ctxpress.app.server.runtime.live_events import EventPosition, LiveBus, LiveEvent, LiveSubscriber
+from ctxpress.app.server.runtime.silent_streams import SilentStreamWatch
 
 # The library's stream events are SSE events of the same name: their names are the library's.
 from ctxpress.events import CONTEXT_COMPRESSION as CONTEXT_COMPRESSION
@@ -83,14 +85,23 @@ class EventLog:
         bus_sees_everything: bool,
     ) -> None:
         """`bus_sees_everything`: every process writing events publishes on this bus (Redis, or
-        SQLite's single process); streams then re-read SQL after `BUS_RECHECK_SECONDS` of silence
-        only, as a safety net, instead of every `poll_seconds`."""
+        SQLite's single process). Otherwise one read per process every `poll_seconds` looks for
+        what other processes stored for its streams (`SilentStreamWatch`); either way a stream
+        re-reads SQL itself after `BUS_RECHECK_SECONDS` of silence, as a safety net."""
         self.database = database
         self.bus = bus
         self.metrics = metrics
         self.poll_seconds = poll_seconds
         self.bus_sees_everything = bus_sees_everything
-        self.silence_seconds = max(poll_seconds, BUS_RECHECK_SECONDS) if bus_sees_everything else poll_seconds
+        #: Without such a bus, one read per process each `poll_seconds` finds what other processes
+        #: stored for any of its streams, and wakes those streams.
+        self.silent_streams = (
+            None
+            if bus_sees_everything
+            else SilentStreamWatch(database, interval=poll_seconds, metrics=metrics)
+        )
+        # A stream's own re-read after silence is then a safety net, as with a bus that sees everything.
+        self.silence_seconds = max(poll_seconds, BUS_RECHECK_SECONDS)
         self._durable_listeners: dict[str, DurableListener] = {}
 
     async def append(self, session: AsyncSession, run_id: str, event_type: str, data: dict[str, Any]) -> int:
@@ -162,46 +173,55 @@ class EventLog:
         and is followed from its start; when the bus's backlog still begins with the run's first
         event (the in-process bus publishes at commit; Redis may not have it yet), each event of the
         run is in the backlog, still to come on the bus, or -- written by another process that this
-        bus does not hear (PostgreSQL without Redis) -- found by the read after `silence_seconds` of
-        quiet: the stream starts without reading SQL.
+        bus does not hear (PostgreSQL without Redis) -- found by the silent-stream watch: the stream
+        starts without reading SQL.
 
         `first`: the read the caller made before subscribing (`first_read`). What was committed
         between that read and the subscription is in the bus's backlog when the bus sees every
-        writer; otherwise the next read (after `silence_seconds` of quiet) finds it.
+        writer; otherwise the silent-stream watch finds it.
         """
         cursor = after
         async with self.bus.subscribe(run_id) as subscriber:
+            subscriber.saw(cursor)  # what the client has: nothing at or before it is missing
             executing, catch_up = await self._catch_up(run_id, cursor, subscriber, accepted_here, first)
-            check_sql = False
-            for event in _in_order_after(catch_up, cursor):
-                cursor = event.position
-                self.metrics.live_delivered.labels(source=_source(event)).inc()
-                yield event
-                # (Only when the catch-up holds events newer than a read: a run that ended after it.)
-                check_sql = check_sql or event.type in ENDING_EVENT_TYPES
-            while executing:
-                if not check_sql:
-                    batch = await subscriber.next_batch(self.silence_seconds)
-                    check_sql = not batch or subscriber.take_gap()
-                    for event in batch:
-                        if event.position <= cursor:
-                            continue  # already sent (from the backlog or SQL)
-                        cursor = event.position
-                        self.metrics.live_delivered.labels(source="bus").inc()
-                        yield event
-                        if event.type == RUN_FINISHED and not check_sql:
-                            # The run's last event, committed with its final status and delivered
-                            # without a gap: SQL holds nothing newer, no read needed to end.
-                            return
-                        check_sql = check_sql or event.type in ENDING_EVENT_TYPES
-                if check_sql:
-                    check_sql = False
-                    run, durable = await self._durable_after(run_id, cursor)
-                    executing = _executing(run)
-                    for event in _in_order_after([*durable, *subscriber.drain()], cursor):
-                        cursor = event.position
-                        self.metrics.live_delivered.labels(source=_source(event)).inc()
-                        yield event
+            caught_up = _in_order_after(catch_up, cursor)
+            if caught_up:
+                subscriber.saw(caught_up[-1].position)  # in hand: sent next
+            # Watched from here on (without a bus that sees every writer), knowing what it has.
+            async with self._watched(subscriber):
+                check_sql = False
+                for event in caught_up:
+                    cursor = event.position
+                    self.metrics.live_delivered.labels(source=_source(event)).inc()
+                    yield event
+                    # (Only when the catch-up holds events newer than a read: a run that ended after it.)
+                    check_sql = check_sql or event.type in ENDING_EVENT_TYPES
+                while executing:
+                    if not check_sql:
+                        batch = await subscriber.next_batch(self.silence_seconds)
+                        # The gap is taken whatever the batch: a wake without events must not leave
+                        # it marked (every later wait would return at once: a read loop).
+                        check_sql = subscriber.take_gap() or not batch
+                        for event in batch:
+                            if event.position <= cursor:
+                                continue  # already sent (from the backlog or SQL)
+                            cursor = event.position
+                            self.metrics.live_delivered.labels(source="bus").inc()
+                            yield event
+                            if event.type == RUN_FINISHED and not check_sql:
+                                # The run's last event, committed with its final status and delivered
+                                # without a gap: SQL holds nothing newer, no read needed to end.
+                                return
+                            check_sql = check_sql or event.type in ENDING_EVENT_TYPES
+                    if check_sql:
+                        check_sql = False
+                        run, durable = await self._durable_after(run_id, cursor)
+                        executing = _executing(run)
+                        for event in _in_order_after([*durable, *subscriber.drain()], cursor):
+                            cursor = event.position
+                            subscriber.saw(cursor)
+                            self.metrics.live_delivered.labels(source=_source(event)).inc()
+                            yield event
 
     async def _catch_up(
         self,
@@ -232,12 +252,26 @@ class EventLog:
             catch_up += [e for e in subscriber.backlog if e.position.is_live]
         return executing, catch_up
 
+    @contextlib.asynccontextmanager
+    async def _watched(self, subscriber: LiveSubscriber) -> AsyncIterator[None]:
+        """Without a bus that sees every writer: the process's silent-stream watch reads SQL for
+        this stream, together with all the others."""
+        if self.silent_streams is None:
+            yield
+            return
+        with self.silent_streams.watching(subscriber):
+            yield
+
+    async def stop(self) -> None:
+        if self.silent_streams is not None:
+            await self.silent_streams.stop()
+
     @staticmethod
     def _backlog_from_the_start(subscriber: LiveSubscriber) -> bool:
         """The bus holds the run's events from its first one (`run_queued` / `run_started`, stored by
         the intake): no SQL read is needed to start. Every later event of this process reaches this
         bus; one of another process (a bus that does not see every writer, and a queued run claimed
-        there) is found by the read after `silence_seconds` of quiet, as after any first read."""
+        there) is found by the silent-stream watch, as after any first read."""
         backlog = subscriber.backlog
         return bool(backlog) and backlog[0].type in FIRST_EVENT_TYPES
 
@@ -267,13 +301,9 @@ def _in_order_after(found: list[LiveEvent], cursor: EventPosition) -> list[LiveE
     return [unique[position] for position in sorted(unique)]
 
 
-def _ended(run: Run) -> bool:
-    return run.status in TERMINAL_RUN_STATUSES or run.status == RUN_WAITING_INPUT
-
-
 def _executing(run: Run | None) -> bool:
     """Executing, queued, or about to be started: its stream goes on."""
-    return run is not None and not _ended(run)
+    return run is not None and run.status not in STREAM_ENDING_STATUSES
 
 
 def _source(event: LiveEvent) -> str:

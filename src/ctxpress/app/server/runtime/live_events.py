@@ -75,12 +75,20 @@ class LiveSubscriber:
         self._items: deque[LiveEvent] = deque()
         self._ready = asyncio.Event()
         self._gap = False
+        #: The newest stored event the stream has been given, by the bus or by its own reads: a
+        #: stored event beyond it is one the stream still has to fetch (`silent_streams.py`).
+        self.newest_durable_id = 0
+
+    def saw(self, position: EventPosition) -> None:
+        """The stream has this position (a delta's position implies its durable event)."""
+        self.newest_durable_id = max(self.newest_durable_id, position.durable_id)
 
     def deliver(self, event: LiveEvent) -> bool:
         """Queue an event; False (and a gap) when the reader is too far behind."""
         if len(self._items) >= self._limit:
             self.mark_gap()
             return False
+        self.saw(event.position)
         self._items.append(event)
         self._ready.set()
         return True
