@@ -142,7 +142,9 @@ def test_a_failed_read_wakes_every_stream_and_a_read_only_those_behind() -> None
     assert [s.take_gap() for s in (behind, current, ended, gone)] == [True, True, True, True]
 
 
-async def test_a_gap_marked_while_nothing_is_queued_costs_one_read_not_a_read_loop(database: Database) -> None:
+async def test_a_gap_marked_while_nothing_is_queued_costs_one_read_not_a_read_loop(
+    database: Database,
+) -> None:
     """A bus marks a gap with nothing queued (the Redis reader lost its connection, or the watch
     found a stored event): the stream reads SQL once and waits again. The gap used to stay marked
     when the wake brought no events, and the stream re-read SQL in a loop until its run ended."""
