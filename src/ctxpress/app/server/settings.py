@@ -85,7 +85,10 @@ class Settings(BaseSettings):
         default=30.0, gt=0, description="A running run whose lease is not renewed for this long is failed."
     )
     worker_poll_seconds: float = Field(
-        default=1.0, gt=0, description="How often the worker looks for queued runs and expired leases."
+        default=1.0,
+        gt=0,
+        description="How often the worker looks for queued runs and expired leases, and (PostgreSQL "
+        "without Redis) how often a process reads SQL for other processes' events of its streams (at most 1 s).",
     )
     sse_ping_seconds: float = Field(default=15.0, gt=0)
     http_keep_alive_seconds: float = Field(

@@ -1,7 +1,8 @@
 """PostgreSQL without Redis: this process's in-memory bus, plus cancel requests through `NOTIFY`.
 
 Live deltas stay in the process that produces them (as with `MemoryLiveBus`), and a stream whose run
-another process executes finds its stored events by reading SQL after a silence (`events.py`). A
+another process executes finds its stored events through the process's silent-stream watch (one
+SQL read per interval for all its streams: `silent_streams.py`). A
 cancel request, though, must reach the process that executes the run: it is sent with `NOTIFY` on
 `CANCEL_CHANNEL`, and every process `LISTEN`s on one connection and hands it to its cancel handlers
 (the executing one cancels its run) -- at once, instead of at that process's next lease heartbeat
@@ -12,7 +13,7 @@ connection: the listening one is held by its wait for notifications.
 Why stored events are not announced the same way: tried, a `NOTIFY` in each transaction that
 stores a run's events cost more than the re-reads it saves -- in the 50-conversation load on one
 process, 15.5-16.0 PostgreSQL transactions per turn (`pg_stat_database`) against 13.3 for the same
-hour's polling. The extra ones were none of the clients' (the statement log showed fewer than
+hour's polling (each stream's own, before the watch). The extra ones were none of the clients' (the statement log showed fewer than
 before): they come with the server's delivery of the notifications, and would grow with every
 listening process. Cancels are rare.
 """
