@@ -188,7 +188,7 @@ class EventLog:
             if caught_up:
                 subscriber.saw(caught_up[-1].position)  # in hand: sent next
             # Watched from here on (without a bus that sees every writer), knowing what it has.
-            async with self._watched(subscriber):
+            async with self._watched(subscriber, executing):
                 check_sql = False
                 for event in caught_up:
                     cursor = event.position
@@ -253,10 +253,10 @@ class EventLog:
         return executing, catch_up
 
     @contextlib.asynccontextmanager
-    async def _watched(self, subscriber: LiveSubscriber) -> AsyncIterator[None]:
+    async def _watched(self, subscriber: LiveSubscriber, executing: bool) -> AsyncIterator[None]:
         """Without a bus that sees every writer: the process's silent-stream watch reads SQL for
-        this stream, together with all the others."""
-        if self.silent_streams is None:
+        this stream, together with all the others (not for a replay of an ended run)."""
+        if self.silent_streams is None or not executing:
             yield
             return
         with self.silent_streams.watching(subscriber):
