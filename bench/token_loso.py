@@ -1,6 +1,12 @@
 """Leave-one-source-out error of the token estimate (S12; issue 18 item 11).
 
     .venv/bin/python bench/token_loso.py     # print the table (bench/token_estimate.py includes it)
+    .venv/bin/python bench/token_loso.py --chinese-catalogs   # the experiment below
+
+`--chinese-catalogs` adds the installed Simplified Chinese gettext catalogs (the translated messages
+of system packages, `locale/zh_CN`) as a fourth Chinese-prose source, held out like the others and
+in the fit of every other source -- an experiment, not what the shipped weights are fitted on
+(docs/benchmarks.md says why).
 
 For every independent source of real text (a trace dataset, a knowledge-base file, a package's
 source tree), the profiles are fitted again (``fit_token_profiles.fit_profiles``, the same fit as
@@ -13,10 +19,11 @@ with no sample of its own type in the fit at all.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ctxpress.app.testing.real_tokenizers import PROFILE_FAMILIES, load_real_tokenizers
 from ctxpress.app.testing.token_samples import (
@@ -26,6 +33,7 @@ from ctxpress.app.testing.token_samples import (
     build_samples,
     fit_half,
     gettext_catalog_samples,
+    locale_dir,
 )
 from ctxpress.tokens.estimate import estimate
 from fit_token_profiles import FITTED_FAMILIES, TokenTable, fit_profiles
@@ -63,8 +71,17 @@ def _relative(
     return [(estimate(s.text, weights) - real) / real for s, real in zip(samples, reals, strict=True)]
 
 
-def leave_one_source_out(verbose: bool = True) -> list[HeldOut]:
+#: The catalogs `--chinese-catalogs` adds as Chinese prose.
+CHINESE_CATALOG_LANGUAGE = "zh_CN"
+
+
+def leave_one_source_out(verbose: bool = True, chinese_catalogs: bool = False) -> list[HeldOut]:
     all_samples = build_samples(require_data_dir())
+    if chinese_catalogs:
+        catalogs = gettext_catalog_samples(CHINESE_CATALOG_LANGUAGE)
+        if not catalogs:
+            raise SystemExit(f"no {CHINESE_CATALOG_LANGUAGE} gettext catalogs under {locale_dir()}")
+        all_samples["chinese_prose"] += [replace(s, text_type="chinese_prose") for s in catalogs]
     goal = {kind: all_samples[kind] for kind in TEXT_TYPES}
     calib = [s for lang in CALIBRATION_LANGUAGES for s in fit_half(gettext_catalog_samples(lang))]
     table = TokenTable(load_real_tokenizers())
@@ -128,8 +145,8 @@ def loso_lines(results: Sequence[HeldOut]) -> tuple[list[str], list[str]]:
     return rows, missed
 
 
-def loso_section() -> list[str]:
-    rows, missed = loso_lines(leave_one_source_out())
+def loso_section(chinese_catalogs: bool = False) -> list[str]:
+    rows, missed = loso_lines(leave_one_source_out(chinese_catalogs=chinese_catalogs))
     return [
         "**Leave one source out** (`bench/token_loso.py`): each independent source held out in turn, "
         "the profiles fitted again on the fit half of all other sources, the error measured on every "
@@ -148,4 +165,12 @@ def loso_section() -> list[str]:
 
 
 if __name__ == "__main__":
-    print("\n".join(loso_section()))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--chinese-catalogs",
+        action="store_true",
+        help=f"add the {CHINESE_CATALOG_LANGUAGE} gettext catalogs as a Chinese-prose source (an experiment)",
+    )
+    print("\n".join(loso_section(chinese_catalogs=parser.parse_args().chinese_catalogs)))
