@@ -5,19 +5,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Awaitable, Callable
+
+from sqlalchemy import update
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.db.engine import Database
+from ctxpress.app.server.db.models import Conversation
+from ctxpress.app.server.repositories.conversations import ConversationRepository
+from ctxpress.app.server.runtime.intake_activity import IntakeActivity
 from ctxpress.app.server.runtime.locks import conversation_lock
 from ctxpress.app.server.runtime.worker import RunWorker
 from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
-from ctxpress.app.testing.records import query_sql
+from ctxpress.app.testing.records import add_conversation, query_sql
 from tests.cancellation import cancel_after
 from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory
 from .fakes import echo_script
+from .transactions import watch_transactions
 
 
 def gated_agent(gate: threading.Event) -> AgentDefinition:
@@ -209,3 +216,106 @@ def test_cancel_a_running_run(start_server: ServerFactory) -> None:
     gate.set()  # the model thread blocked in the gate may now finish; its answer is discarded
     assert wait_for_status(alice, queued["run"]["id"], {"succeeded"})["status"] == "succeeded"
     assert read_events(alice, running["run"]["id"])[-1].data == {"status": "cancelled", "error": None}
+
+
+def test_an_accepted_message_costs_four_writes_started_or_queued(start_server: ServerFactory) -> None:
+    """Intake's transaction (S1, S18): the conversation's queue place and automatic title in one
+    statement, the run inserted in its first status (no update of it afterwards), the message, and
+    the run's first event (`run_started` or `run_queued`)."""
+    gate = threading.Event()
+    server = start_server(agents=[gated_agent(gate)])
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+    try:
+        with watch_transactions(server.services.database.engine.sync_engine) as seen:
+            started = send(alice, conversation_id, "第一个问题")
+            queued = send(alice, conversation_id, "第二个问题")
+    finally:
+        gate.set()
+    assert started["started"] is True and queued["queued"] is True
+    intakes = seen.with_statement("INSERT INTO runs")
+    assert len(intakes) == 2
+    for statements in intakes:
+        writes = [
+            statement.split()[:3] for statement in statements if statement.startswith(("INSERT", "UPDATE"))
+        ]
+        assert writes == [
+            ["UPDATE", "conversations", "SET"],
+            ["INSERT", "INTO", "runs"],
+            ["INSERT", "INTO", "messages"],
+            ["INSERT", "INTO", "run_events"],
+        ], statements
+    [first_event] = query_sql(
+        server.services.settings,
+        "SELECT type FROM run_events WHERE run_id = :run_id ORDER BY id LIMIT 1",
+        run_id=started["run"]["id"],
+    )
+    assert first_event.type == "run_started"
+    assert started["run"]["status"] == "running"
+    assert alice.get(f"/api/conversations/{conversation_id}").json()["title"] == "第一个问题"
+    wait_for_status(alice, queued["run"]["id"], {"succeeded"})
+
+
+async def test_a_rename_committed_before_the_intakes_statement_keeps_its_title(database: Database) -> None:
+    """The automatic title is decided by the database in the statement that takes the queue place:
+    a rename that another transaction committed after the conversation was read still wins."""
+    conversation_id = await add_conversation(database)
+    async with database.session() as session:
+        conversation = await session.get(Conversation, conversation_id)
+        assert conversation is not None and conversation.title == ""
+        async with database.session() as other:
+            await other.execute(
+                update(Conversation).where(Conversation.id == conversation_id).values(title="我的名字")
+            )
+            await other.commit()
+        first_place = await ConversationRepository(session).take_queue_seq(
+            conversation, title_if_untitled="自动标题"
+        )
+        second_place = await ConversationRepository(session).take_queue_seq(conversation)
+        await session.commit()
+    async with database.session() as session:
+        stored = await session.get(Conversation, conversation_id)
+        assert stored is not None
+        assert (stored.title, stored.next_queue_seq) == ("我的名字", first_place + 2)
+        assert second_place == first_place + 1
+
+
+def test_a_started_run_lets_the_messages_being_accepted_go_first(start_server: ServerFactory) -> None:
+    """A run's first step waits while this process is accepting other messages (`intake_activity`):
+    their answers come first. The wait is bounded; here the bound is lifted to see the order."""
+    model = ScriptedChatModel(script=echo_script)
+    server = start_server(
+        agents=[AgentDefinition(name="echo", model=ModelSpec(model=model), tools=(), capabilities=())]
+    )
+    intake = server.services.runs.intake
+    intake.run_start_yield_seconds = 60.0
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+    other_intake_began, other_intake_may_end = threading.Event(), threading.Event()
+
+    async def another_intake_in_progress() -> None:
+        with intake.accepting():
+            other_intake_began.set()
+            await asyncio.to_thread(other_intake_may_end.wait)
+
+    assert server.loop is not None
+    holding = asyncio.run_coroutine_threadsafe(another_intake_in_progress(), server.loop)
+    try:
+        assert other_intake_began.wait(5)
+        accepted = send(alice, conversation_id, "你好")
+        assert accepted["started"] is True and accepted["run"]["status"] == "running"
+        time.sleep(0.3)  # long enough for a run that does not wait to call its model
+        assert model.calls == []
+    finally:
+        other_intake_may_end.set()
+        holding.result(5)
+    assert wait_for_status(alice, accepted["run"]["id"], {"succeeded"})["status"] == "succeeded"
+    assert len(model.calls) == 1
+
+
+async def test_the_wait_for_intakes_is_bounded() -> None:
+    intake = IntakeActivity(run_start_yield_seconds=0.05)
+    assert await intake.quiet() is True
+    with intake.accepting():
+        assert await intake.quiet() is False  # the bound, not the end of the intake
+    assert await intake.quiet() is True

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import case, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
 
 from ctxpress.app.server.db.models import Conversation, is_public_id, utcnow
 
@@ -117,15 +119,24 @@ class ConversationRepository:
         conversation.updated_at = utcnow()
         await self.session.flush()
 
-    async def title_if_untitled(self, conversation_id: str, title: str) -> bool:
-        """Give an untitled conversation `title` (one statement: a rename meanwhile wins); True if set."""
-        statement = (
-            update(Conversation)
-            .where(Conversation.id == conversation_id, Conversation.title == "")
-            .values(title=title)
+    async def take_queue_seq(
+        self, conversation: Conversation, *, title_if_untitled: str | None = None
+    ) -> int:
+        """The next place in the conversation's FIFO, taken (the caller holds the conversation lock),
+        and the conversation touched; an untitled one is named `title_if_untitled` in the same
+        statement (a rename committed meanwhile wins: the condition is evaluated by the database)."""
+        queue_seq, now = conversation.next_queue_seq, utcnow()
+        values: dict[str, Any] = {"next_queue_seq": queue_seq + 1, "updated_at": now}
+        if title_if_untitled:
+            values["title"] = case((Conversation.title == "", title_if_untitled), else_=Conversation.title)
+        await self.session.execute(
+            update(Conversation).where(Conversation.id == conversation.id).values(values)
         )
-        result = await self.session.execute(statement)
-        return bool(getattr(result, "rowcount", 0))
+        # The statement went around the unit of work: the loaded row learns its new value without a
+        # flush of its own (its title is left as read: the database decided it).
+        set_committed_value(conversation, "next_queue_seq", queue_seq + 1)
+        set_committed_value(conversation, "updated_at", now)
+        return queue_seq
 
 
 def _escape_like(text: str) -> str:

@@ -20,12 +20,22 @@ from ctxpress.app.server.db.models import (
     Run,
     RunEvent,
     is_public_id,
+    new_id,
     utcnow,
 )
+from ctxpress.app.server.repositories.conversations import ConversationRepository
 
 #: "compressing": a manual compression holds the conversation (S18), see `conversations.compressing_until`.
 BusyReason = Literal["running", "waiting_input", "queued", "compressing"]
 BUSY_COMPRESSING: Final[BusyReason] = "compressing"
+
+
+@dataclass(frozen=True)
+class RunLease:
+    """Who executes a running run, and until when unless renewed."""
+
+    owner: str
+    until: datetime
 
 
 @dataclass(frozen=True)
@@ -48,18 +58,31 @@ class RunRepository:
         self.session = session
 
     async def add(
-        self, conversation: Conversation, *, input: dict[str, Any], status: str = RUN_QUEUED
+        self,
+        conversation: Conversation,
+        *,
+        input: dict[str, Any],
+        status: str = RUN_QUEUED,
+        lease: RunLease | None = None,
+        title_if_untitled: str | None = None,
     ) -> Run:
-        """A new run at the end of the conversation's FIFO (the caller holds the conversation lock)."""
+        """A new run at the end of the conversation's FIFO (the caller holds the conversation lock):
+        `status`, or started under `lease`. Two statements: the conversation's (which also names an
+        untitled one `title_if_untitled`) and the run's insert, already in its first status."""
+        queue_seq = await ConversationRepository(self.session).take_queue_seq(
+            conversation, title_if_untitled=title_if_untitled
+        )
         run = Run(
+            id=new_id(),
             conversation_id=conversation.id,
             agent_name=conversation.agent_name,
-            queue_seq=conversation.next_queue_seq,
+            queue_seq=queue_seq,
             status=status,
             input=input,
+            attempts=0,
         )
-        conversation.next_queue_seq += 1
-        conversation.updated_at = utcnow()
+        if lease is not None:
+            self.start(run, lease.owner, lease.until)
         self.session.add(run)
         await self.session.flush()
         return run

@@ -50,6 +50,7 @@ from ctxpress.app.server.runtime.checkpoint_pruning import BackgroundPruner
 from ctxpress.app.server.runtime.checkpoints import open_checkpointer
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.execution import RunExecutor
+from ctxpress.app.server.runtime.intake_activity import IntakeActivity
 from ctxpress.app.server.runtime.live_events import LiveBus, MemoryLiveBus
 from ctxpress.app.server.runtime.postgres_notify_bus import PostgresNotifyBus
 from ctxpress.app.server.runtime.redis_live_bus import RedisLiveBus
@@ -190,8 +191,10 @@ async def open_services(
         stack.push_async_callback(events.stop)
         usage = UsageService(database, excluded_providers=settings.usage_excluded_providers)
         worker_id = new_worker_id()
+        intake = IntakeActivity()
         executor = RunExecutor(
             database=database,
+            intake=intake,
             events=events,
             agents=registry,
             usage_exclusion=usage.exclusion,
@@ -232,6 +235,7 @@ async def open_services(
             worker=worker,
             runs=RunService(
                 database=database,
+                intake=intake,
                 events=events,
                 worker=worker,
                 agents=registry,

@@ -45,6 +45,7 @@ from ctxpress.app.server.runtime.checkpoint_pruning import prune_quietly
 from ctxpress.app.server.runtime.checkpoints import grouped_step_writes, one_checkpoint_read
 from ctxpress.app.server.runtime.delta_stream import DeltaStream
 from ctxpress.app.server.runtime.events import EventLog
+from ctxpress.app.server.runtime.intake_activity import IntakeActivity
 from ctxpress.app.server.runtime.locks import conversation_lock
 from ctxpress.app.server.runtime.partial_reply import PartialReply
 from ctxpress.app.server.runtime.pressure_recording import record_pressure_event
@@ -133,6 +134,7 @@ class RunExecutor:
         self,
         *,
         database: Database,
+        intake: IntakeActivity,
         events: EventLog,
         agents: AgentRegistry,
         usage_exclusion: UsageExclusion,
@@ -144,6 +146,7 @@ class RunExecutor:
         delta_max_chars: int,
     ) -> None:
         self.database = database
+        self.intake = intake
         self.events = events
         self.agents = agents
         self.usage_exclusion = usage_exclusion
@@ -159,6 +162,8 @@ class RunExecutor:
             await self._execute(active, hand_over)
 
     async def _execute(self, active: ActiveRun, hand_over: SlotHandOver | None) -> None:
+        # Messages arriving together are answered before runs take the event loop (`intake_activity`).
+        await self.intake.quiet()
         run: Run | None
         if active.claimed is not None:
             # A queued run (its stream open for a while): one read transaction less per turn.

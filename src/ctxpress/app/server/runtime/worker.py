@@ -40,7 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import RUN_FAILED, Run, utcnow
 from ctxpress.app.server.metrics import ServiceMetrics
-from ctxpress.app.server.repositories.runs import RunRepository
+from ctxpress.app.server.repositories.runs import RunLease, RunRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.events import EventLog
 from ctxpress.app.server.runtime.execution import ActiveRun, ClaimedRun, RunExecutor, run_started_data
@@ -146,11 +146,21 @@ class RunWorker:
         if self._reserved_by_user[user_id] <= 0:
             del self._reserved_by_user[user_id]
 
+    def new_lease(self) -> RunLease:
+        """A lease for a run this worker starts now."""
+        return RunLease(self.worker_id, self.lease_deadline())
+
     async def mark_started(self, session: AsyncSession, run: Run) -> int:
         """Make a run `running` here, with its `run_started` event in the same transaction: the event
         is there (and on every stream) the moment the run is, before the executor does anything.
         Returns the event's id."""
-        RunRepository.start(run, self.worker_id, self.lease_deadline())
+        lease = self.new_lease()
+        RunRepository.start(run, lease.owner, lease.until)
+        return await self.announce_started(session, run)
+
+    async def announce_started(self, session: AsyncSession, run: Run) -> int:
+        """The `run_started` event of a run started here (already `running` in the session), in the
+        same transaction; returns its id."""
         runtime = self.executor.agents.get(run.agent_name)
         return await self.events.append(session, run.id, events.RUN_STARTED, run_started_data(run, runtime))
 

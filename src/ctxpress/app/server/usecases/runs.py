@@ -34,6 +34,7 @@ from ctxpress.app.server.repositories.runs import BusyState, RunRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.agents import AgentRegistry
 from ctxpress.app.server.runtime.events import EventLog
+from ctxpress.app.server.runtime.intake_activity import IntakeActivity
 from ctxpress.app.server.runtime.locks import (
     LockedConversation,
     compressing_refusal,
@@ -66,9 +67,10 @@ class Intake:
 
 @dataclass
 class _SlotReservation:
-    """Whether intake reserved a worker slot (released again if the intake fails)."""
+    """Whether intake reserved a worker slot, and for whom (released again if the intake fails)."""
 
     held: bool = False
+    user_id: str = ""
 
 
 class RunService:
@@ -76,12 +78,14 @@ class RunService:
         self,
         *,
         database: Database,
+        intake: IntakeActivity,
         events: EventLog,
         worker: RunWorker,
         agents: AgentRegistry,
         max_input_chars: int,
     ) -> None:
         self.database = database
+        self.intake = intake
         self.events = events
         self.worker = worker
         self.agents = agents
@@ -95,33 +99,34 @@ class RunService:
         transaction that accepts the run."""
         slot = _SlotReservation()
         try:
-            async with self.database.session() as session:
-                user = await caller.user_in(session)
-                if len(text) > self.max_input_chars:
-                    raise InputTooLongError(f"input is longer than {self.max_input_chars} characters")
-                if not is_public_id(conversation_id):
-                    raise NotFoundError("conversation not found")
-                intake: Intake | None = None
-                # Usually the lock is free: check, store and start in that one transaction.
-                async with try_conversation_lock(session, conversation_id) as locked:
-                    if locked is not None:
-                        if locked.conversation.owner_id != user.id:
-                            raise NotFoundError("conversation not found")
-                        self._check_size(locked.conversation.agent_name, text)
-                        intake = await self._accept(locked, user, text, slot)
-                if intake is None:
-                    intake = await self._submit_to_held_conversation(
-                        session, user, conversation_id, text, slot
-                    )
+            with self.intake.accepting():
+                intake = await self._store(caller, conversation_id, text, slot)
         except BaseException:
             if slot.held:
-                self.worker.release_slot(user.id)
+                self.worker.release_slot(slot.user_id)
             raise
         if intake.started:  # committed as started: it runs here
-            self.worker.launch(intake.run.id, conversation_id, user.id)
+            self.worker.launch(intake.run.id, conversation_id, slot.user_id)
         else:
             self.worker.nudge(queued=True)
         return intake
+
+    async def _store(self, caller: Caller, conversation_id: str, text: str, slot: _SlotReservation) -> Intake:
+        """The intake's transaction (when the lock is held: a look, then the wait for it)."""
+        async with self.database.session() as session:
+            user = await caller.user_in(session)
+            if len(text) > self.max_input_chars:
+                raise InputTooLongError(f"input is longer than {self.max_input_chars} characters")
+            if not is_public_id(conversation_id):
+                raise NotFoundError("conversation not found")
+            # Usually the lock is free: check, store and start in that one transaction.
+            async with try_conversation_lock(session, conversation_id) as locked:
+                if locked is not None:
+                    if locked.conversation.owner_id != user.id:
+                        raise NotFoundError("conversation not found")
+                    self._check_size(locked.conversation.agent_name, text)
+                    return await self._accept(locked, user, text, slot)
+            return await self._submit_to_held_conversation(session, user, conversation_id, text, slot)
 
     async def _submit_to_held_conversation(
         self, session: AsyncSession, user: User, conversation_id: str, text: str, slot: _SlotReservation
@@ -162,18 +167,22 @@ class RunService:
         conversation_id = locked.conversation.id
         untitled = not locked.conversation.title
         busy = await locked.busy_state()
-        runs = RunRepository(session)
+        slot.held = busy is None and self.worker.reserve_slot_for_new_message(user.id)
+        slot.user_id = user.id
         message = HumanMessage(content=text, id=str(uuid.uuid4()))
-        run = await runs.add(locked.conversation, input={"text": text, "message_id": message.id})
+        # Inserted in its first status (running here, or queued), the conversation named in the
+        # statement that takes the run's place in the queue: four writes in all.
+        run = await RunRepository(session).add(
+            locked.conversation,
+            input={"text": text, "message_id": message.id},
+            lease=self.worker.new_lease() if slot.held else None,
+            title_if_untitled=automatic_title(text) if untitled else None,
+        )
         # In the chat record from the moment it is accepted (S1): a run that never
         # starts -- queued, cancelled, or failed after a crash -- still shows it.
         await MessageRepository(session).append(conversation_id, run.id, message)
-        if untitled and (title := automatic_title(text)):
-            # One conditional statement: a rename that commits first wins.
-            await ConversationRepository(session).title_if_untitled(conversation_id, title)
-        slot.held = busy is None and self.worker.reserve_slot_for_new_message(user.id)
         if slot.held:
-            await self.worker.mark_started(session, run)
+            await self.worker.announce_started(session, run)
             return Intake(run, True, None, None)
         # Under the lock every queued run of the conversation is older than this one: it comes
         # right after them (what `RunRepository.queue_position` would count, without the statement).
