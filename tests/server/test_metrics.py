@@ -32,6 +32,7 @@ def test_metrics_of_a_run(start_server: ServerFactory) -> None:
     assert values[("ctxpress_time_to_first_event_seconds_count", ())] == 1
     assert values[("ctxpress_time_to_first_token_seconds_count", ())] == 1
     assert values[("ctxpress_queue_wait_seconds_count", ())] == 1
+    assert values[("ctxpress_run_start_yield_seconds_count", ())] == 1
     assert values[("ctxpress_queue_depth", ())] == 0
     assert values[("ctxpress_sse_clients", ())] == 0  # the stream above has ended
     assert values[("ctxpress_live_events_published_total", ())] >= len(events)

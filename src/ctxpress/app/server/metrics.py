@@ -35,6 +35,12 @@ class ServiceMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.run_start_yield = Histogram(
+            "ctxpress_run_start_yield_seconds",
+            "How long a run's first step waited for the messages this process was accepting.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.first_event = Histogram(
             "ctxpress_time_to_first_event_seconds",
             "From a run's creation to its run_started event.",

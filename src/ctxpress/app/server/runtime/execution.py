@@ -163,7 +163,9 @@ class RunExecutor:
 
     async def _execute(self, active: ActiveRun, hand_over: SlotHandOver | None) -> None:
         # Messages arriving together are answered before runs take the event loop (`intake_activity`).
+        yield_started = time.monotonic()
         await self.intake.quiet()
+        self.metrics.run_start_yield.observe(time.monotonic() - yield_started)
         run: Run | None
         if active.claimed is not None:
             # A queued run (its stream open for a while): one read transaction less per turn.
