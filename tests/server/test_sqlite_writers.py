@@ -16,7 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ctxpress.app.server.db.sqlite_writers import SqliteWriterTurns, is_write
+from ctxpress.app.server.db.sqlite_writers import SqliteWriterTurns, is_write, writes_first
 
 
 @pytest.fixture
@@ -66,6 +66,51 @@ async def test_writers_wait_for_their_turn_instead_of_meeting_sqlites_lock(engin
         rows = (await connection.execute(text("SELECT who FROM log ORDER BY id"))).scalars().all()
     # Each waited for the one before it to end (in the order they reached their first write).
     assert rows[0] == "first" and sorted(rows[1:]) == others
+
+
+async def _write_first(engine: AsyncEngine, who: str) -> None:
+    with writes_first():
+        await _write(engine, who)
+
+
+async def test_a_write_begun_under_writes_first_is_served_before_the_writes_waiting_already(
+    engine: AsyncEngine,
+) -> None:
+    """How a message's intake goes before the runs' step stores on SQLite (`intake_activity`)."""
+    SqliteWriterTurns(timeout_seconds=10).install(engine)
+    release = asyncio.Event()
+    holder = asyncio.create_task(_write(engine, "holder", hold=release))
+    await asyncio.sleep(0.05)
+    waiting = [asyncio.create_task(_write(engine, f"run step {n}")) for n in range(3)]
+    await asyncio.sleep(0.1)  # they wait for the turn, in this order
+    intakes = [asyncio.create_task(_write_first(engine, f"intake {n}")) for n in range(2)]
+    await asyncio.sleep(0.1)
+    release.set()
+    await asyncio.gather(holder, *waiting, *intakes)
+    async with engine.connect() as connection:
+        rows = (await connection.execute(text("SELECT who FROM log ORDER BY id"))).scalars().all()
+    # (Within a line the order is the order of arrival at the first write, which the reads before
+    # it, each on its own connection's thread, do not fix.)
+    assert rows[0] == "holder"
+    assert sorted(rows[1:3]) == ["intake 0", "intake 1"]
+    assert sorted(rows[3:]) == ["run step 0", "run step 1", "run step 2"]
+
+
+async def test_a_wait_for_the_turn_that_is_given_up_passes_the_turn_on(engine: AsyncEngine) -> None:
+    SqliteWriterTurns(timeout_seconds=10).install(engine)
+    release = asyncio.Event()
+    holder = asyncio.create_task(_write(engine, "holder", hold=release))
+    await asyncio.sleep(0.05)
+    given_up = asyncio.create_task(_write_first(engine, "given up"))
+    waiting = asyncio.create_task(_write(engine, "next"))
+    await asyncio.sleep(0.1)
+    given_up.cancel()
+    release.set()
+    await asyncio.gather(holder, waiting)
+    assert given_up.cancelled()
+    async with engine.connect() as connection:
+        rows = (await connection.execute(text("SELECT who FROM log ORDER BY id"))).scalars().all()
+    assert rows == ["holder", "next"]
 
 
 async def test_a_writer_that_gets_no_turn_fails_as_sqlite_would(engine: AsyncEngine) -> None:

@@ -6,7 +6,9 @@ arrive together, runs started by the first intakes would share the loop with the
 progress and delay their answers (a burst of 50 messages with 16 free slots: the last answers came
 about 100 ms later than with one slot). A run therefore waits, before its first step, until no
 message is being accepted -- for a bounded time, so a steady stream of messages delays a run by at
-most that bound. Short work first: the total work is the same, only its order changes.
+most that bound. Short work first: the total work is the same, only its order changes. For the same
+reason, on SQLite an intake's transaction takes the process's writer turn before the runs' waiting
+transactions (`db/sqlite_writers.writes_first`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 from typing import Final
+
+from ctxpress.app.server.db.sqlite_writers import writes_first
 
 #: The longest a run's first step waits for intakes in progress (seconds).
 RUN_START_YIELD_SECONDS: Final = 0.25
@@ -32,11 +36,12 @@ class IntakeActivity:
 
     @contextlib.contextmanager
     def accepting(self) -> Iterator[None]:
-        """Around one message's intake."""
+        """Around one message's intake (in its task)."""
         self._accepting += 1
         self._quiet.clear()
         try:
-            yield
+            with writes_first():
+                yield
         finally:
             self._accepting -= 1
             if self._accepting == 0:
