@@ -94,7 +94,8 @@ class _Turnstile:
 
 
 class SqliteWriterTurns:
-    """One writer at a time per process, in arrival order; owned by the service's SQLite engine."""
+    """One writer at a time per process, in arrival order within each line (`writes_first`); owned by
+    the service's SQLite engine."""
 
     def __init__(self, timeout_seconds: float) -> None:
         self.timeout_seconds = timeout_seconds
