@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.db.models import utcnow
-from ctxpress.app.server.repositories.runs import RunRepository
+from ctxpress.app.server.repositories.runs import RunLease, RunRepository
 from ctxpress.app.server.runtime.container import open_database
 from ctxpress.app.server.runtime.locks import conversation_lock
 from ctxpress.app.server.runtime.unanswered_calls import LEASE_EXPIRED_ERROR
@@ -34,7 +34,7 @@ async def leave_a_crashed_run(make_settings: SettingsFactory, conversation_id: s
         async with conversation_lock(session, conversation_id) as locked:
             runs = RunRepository(session)
             crashed = await runs.add(locked.conversation, input={"text": "崩溃前", "message_id": "m-crashed"})
-            runs.start(crashed, "dead-host:4242:deadbeef", utcnow() - timedelta(seconds=1))
+            runs.start(crashed, RunLease("dead-host:4242:deadbeef", utcnow() - timedelta(seconds=1)))
             waiting = await runs.add(locked.conversation, input={"text": "排队中", "message_id": "m-waiting"})
         return crashed.id, waiting.id
 

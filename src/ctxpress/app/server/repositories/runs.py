@@ -82,7 +82,7 @@ class RunRepository:
             attempts=0,
         )
         if lease is not None:
-            self.start(run, lease.owner, lease.until)
+            self.start(run, lease)
         self.session.add(run)
         await self.session.flush()
         return run
@@ -233,10 +233,10 @@ class RunRepository:
         return set((await self.session.execute(query)).scalars())
 
     @staticmethod
-    def start(run: Run, owner: str, lease_until: datetime) -> None:
+    def start(run: Run, lease: RunLease) -> None:
         run.status = RUN_RUNNING
-        run.lease_owner = owner
-        run.lease_expires_at = lease_until
+        run.lease_owner = lease.owner
+        run.lease_expires_at = lease.until
         run.attempts += 1
         run.started_at = run.started_at or utcnow()
 

@@ -154,8 +154,7 @@ class RunWorker:
         """Make a run `running` here, with its `run_started` event in the same transaction: the event
         is there (and on every stream) the moment the run is, before the executor does anything.
         Returns the event's id."""
-        lease = self.new_lease()
-        RunRepository.start(run, lease.owner, lease.until)
+        RunRepository.start(run, self.new_lease())
         return await self.announce_started(session, run)
 
     async def announce_started(self, session: AsyncSession, run: Run) -> int:
