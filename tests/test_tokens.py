@@ -30,7 +30,10 @@ from ctxpress.tokens import (
     estimate_tokens,
     text_features,
 )
+from ctxpress.tokens import estimate as estimate_module
+from ctxpress.tokens.cl100k_ideographs import CL100K_ONE_TOKEN_IDEOGRAPHS
 from ctxpress.tokens.counter import REQUEST_OVERHEAD_TOKENS
+from ctxpress.tokens.estimate import WEIGHT_NAMES
 from ctxpress.tokens.messages import MESSAGE_OVERHEAD_TOKENS, tool_call_key
 from ctxpress.tokens.profile_weights import PROFILE_WEIGHTS
 from ctxpress.tokens.tool_schemas import TOOL_SCHEMA_OVERHEAD_TOKENS
@@ -98,8 +101,57 @@ def test_s12_unknown_profile_is_refused() -> None:
 
 def test_s12_every_profile_has_a_weight_per_feature() -> None:
     assert set(PROFILE_WEIGHTS) == set(PROFILE_NAMES)
-    for weights in PROFILE_WEIGHTS.values():
-        assert len(weights) == len(FEATURE_NAMES)
+    assert WEIGHT_NAMES[: len(FEATURE_NAMES)] == FEATURE_NAMES
+    for name, weights in PROFILE_WEIGHTS.items():
+        assert len(weights) == len(WEIGHT_NAMES)
+        # Only cl100k's profile weighs its split ideographs: no other profile pays for the search.
+        assert (weights[WEIGHT_NAMES.index("cl100k_split_ideographs")] != 0) == (name == "cl100k")
+
+
+def test_s12_profiles_that_do_not_weigh_split_ideographs_never_search_for_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(text: str, ideographs: int) -> int:
+        raise AssertionError("split ideographs searched for a profile that gives them no weight")
+
+    monkeypatch.setattr(estimate_module, "split_ideographs", refuse)
+    chinese = "上下文压缩保留完整的对话记录，只把模型看到的视图缩短。"
+    for profile in PROFILE_NAMES:
+        if profile != "cl100k":
+            assert estimate_tokens(chinese, profile) > 0
+    with pytest.raises(AssertionError, match="split ideographs"):
+        estimate_tokens(chinese, "cl100k")
+
+
+def test_s12_cl100k_one_token_ideographs_are_read_off_its_vocabulary() -> None:
+    """The generated set (`bench/fit_token_profiles.py --write`) is exactly what cl100k encodes as
+    one token among the ideographs of the `han` class."""
+    count = real_tokenizers.load_real_tokenizer("cl100k").count
+    assert "".join(
+        chr(code) for code in range(0x4000, 0xA000) if count(chr(code)) == 1
+    ) == CL100K_ONE_TOKEN_IDEOGRAPHS
+
+
+@pytest.mark.shared_data
+def test_s12_cl100k_prices_the_ideographs_it_splits_apart_from_the_others() -> None:
+    """cl100k spends one token on a few hundred everyday ideographs and two or three on every other
+    one: the estimate follows both kinds, each taken alone from real Chinese text (issue 18 item 11)."""
+    count = real_tokenizers.load_real_tokenizer("cl100k").count
+    one_token = set(CL100K_ONE_TOKEN_IDEOGRAPHS)
+    for keep_one_token in (True, False):
+        errors = []
+        for sample in _eval_samples()["chinese_prose"]:
+            kept = "".join(
+                char
+                for char in sample.text
+                if "\u4000" <= char <= "\u9fff" and (char in one_token) == keep_one_token
+            )
+            if len(kept) >= 50:
+                real = count(kept)
+                errors.append((estimate_tokens(kept, "cl100k") - real) / real)
+        assert len(errors) >= 10
+        mean = statistics.fmean(errors)
+        assert abs(mean) <= 0.2, f"{'one-token' if keep_one_token else 'split'} ideographs: {mean:+.1%}"
 
 
 # The character classes, as regular expressions: slow, but obviously right.

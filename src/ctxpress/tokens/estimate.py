@@ -11,7 +11,8 @@ real threads, is in ``docs/benchmarks.md`` (``bench/token_estimate.py``).
 
 Profiles
 --------
-- ``cl100k``: OpenAI GPT-4 / GPT-3.5-turbo.
+- ``cl100k``: OpenAI GPT-4 / GPT-3.5-turbo. Its profile also weighs the ideographs it splits into
+  several tokens (``ideographs``): it holds only a few hundred as single tokens.
 - ``o200k``: OpenAI GPT-4o, GPT-4.1, o-series and later.
 - ``qwen``: Qwen2.5 / Qwen3.
 - ``deepseek``: DeepSeek-V3 / R1.
@@ -31,9 +32,24 @@ from typing import Final
 from ctxpress.tokens.exact import approximate_profile, is_exact_profile
 from ctxpress.tokens.features import FEATURE_NAMES, text_features
 from ctxpress.tokens.features_batch import texts_features
+from ctxpress.tokens.ideographs import split_ideographs
 from ctxpress.tokens.profile_weights import PROFILE_WEIGHTS
 
-__all__ = ["PROFILE_NAMES", "estimate", "estimate_tokens", "estimates", "profile_weights", "weigh"]
+__all__ = [
+    "PROFILE_NAMES",
+    "WEIGHT_NAMES",
+    "estimate",
+    "estimate_tokens",
+    "estimates",
+    "profile_weights",
+    "weigh",
+]
+
+#: What a profile's weights apply to, in order: the character classes of `text_features`, then the
+#: ideographs cl100k splits into several tokens (computed only when that weight is not 0).
+WEIGHT_NAMES: tuple[str, ...] = (*FEATURE_NAMES, "cl100k_split_ideographs")
+HAN: Final = FEATURE_NAMES.index("han")
+_SPLIT_IDEOGRAPHS: Final = len(FEATURE_NAMES)
 
 PROFILE_NAMES: tuple[str, ...] = ("default", "cl100k", "o200k", "qwen", "deepseek")
 
@@ -66,23 +82,26 @@ def estimate(text: str, weights: tuple[float, ...]) -> int:
     """Tokens of `text` under `weights` (one profile's)."""
     if not text:
         return 0
-    return weigh(text_features(text), weights)
+    return weigh(text, text_features(text), weights)
 
 
 def estimates(texts: Sequence[str], weights: tuple[float, ...]) -> list[int]:
     """`estimate` of each of `texts`, their features taken in one batch (``features_batch``)."""
     return [
-        weigh(features, weights) if text else 0
+        weigh(text, features, weights) if text else 0
         for text, features in zip(texts, texts_features(texts), strict=True)
     ]
 
 
-def weigh(features: Sequence[int], weights: tuple[float, ...]) -> int:
-    """The estimate of a non-empty text from its features."""
-    total = sum(map(mul, weights, features))  # both have len(FEATURE_NAMES) entries
+def weigh(text: str, features: Sequence[int], weights: tuple[float, ...]) -> int:
+    """The estimate of a non-empty `text` from its `features`."""
+    total = sum(map(mul, weights, features))  # the character classes' weights (map stops at features)
     excess = features[_LETTERS] - LETTERS_PER_RUN_FREE * features[_LETTER_RUNS]
     if excess > 0:
         total += excess / LETTERS_PER_EXTRA_TOKEN
+    split_weight = weights[_SPLIT_IDEOGRAPHS]
+    if split_weight and features[HAN]:
+        total += split_weight * split_ideographs(text, features[HAN])
     return max(1, math.ceil(total))  # a non-empty text is at least one token
 
 
