@@ -447,15 +447,18 @@ def explain(diagnosis: Diagnosis, rows: list[Row]) -> list[str]:
         f"{diagnosis.counts_below}×, an L1 call {diagnosis.counts_l1}×. The middleware counts with the "
         "whole-message memo (`ctxpress.tokens.message_memo`: a LangGraph state's messages are replaced, never "
         "edited in place, so a message's count is remembered by its id and found again by comparing its "
-        f"fields). One count takes {warm:.3f} ms warm ({warm / da_warm:.2f}× DeepAgents' whole warm call) "
+        "fields; and the list a thread last counted is kept whole with its total, so a list that starts "
+        f"with it is found by one comparison of the two field lists). One count takes {warm:.3f} ms warm ({warm / da_warm:.2f}× DeepAgents' whole warm call) "
         f"and {reload:.3f} ms after a reload ({reload / da_reload:.2f}× DeepAgents' whole call on reloaded "
         "messages).",
         f"- warm: the same objects again, as on every model call after the first of a run: per message "
-        f"one tuple of its fields, one dict lookup and identity checks; the largest self time in a "
+        f"one tuple of its fields, then one comparison of the field lists (identity checks in C); the "
+        f"largest self time in a "
         f"profile is `{diagnosis.top_function}` ({diagnosis.top_share:.0%}).",
-        f"- reload (the first call of a run, after the checkpoint is loaded): every field is compared with "
-        f"the remembered version in C, strings byte by byte (chars/4 reads only their lengths), and the new "
-        f"objects are adopted so the run's later calls are identity checks again; that releases the "
+        f"- reload (the first call of a run, after the checkpoint is loaded): the new field list is compared "
+        f"with the remembered one in C, strings byte by byte (chars/4 reads only their lengths: no key "
+        f"cheaper than the content stays right when a message is replaced under its id by text of the "
+        f"same length), and kept so the run's later calls are identity checks again; that releases the "
         f"previous copy, and freeing one loaded copy of this thread alone takes "
         f"{diagnosis.release.p50_ms:.3f} ms. The count without the memo (hashing every new string) takes "
         f"{diagnosis.exact_reload.p50_ms:.3f} ms on the same reload.",

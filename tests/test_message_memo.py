@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -24,9 +25,10 @@ from langchain_core.messages import (
 )
 
 from ctxpress.tokens import TokenCounter, count_request_tokens
+from ctxpress.tokens.counter import REQUEST_OVERHEAD_TOKENS
 from ctxpress.tokens.estimate import profile_weights
 from ctxpress.tokens.estimate_cache import CACHE_MAX_CHARS, CACHE_MAX_ENTRIES, EstimateCache
-from ctxpress.tokens.message_memo import MessageMemo, message_fields
+from ctxpress.tokens.message_memo import REQUEST_RECORDS_MAX_ENTRIES, MessageMemo, message_fields
 from ctxpress.tokens.messages import message_tokens
 from ctxpress.tools.traces import iter_conversations
 
@@ -135,8 +137,62 @@ def test_s12_memo_adopts_reloaded_copies() -> None:
     first = memo.total(messages, message_tokens, cache)
     copies = _reload(messages)
     assert memo.total(copies, message_tokens, cache) == first
-    # Adopted: the entries now hold the new objects, so the next call is identity checks.
-    assert all(memo.young[copy.id][0] is copy for copy in copies)
+    # Adopted: the thread's record now holds the new objects' fields, so that the next call
+    # compares identical objects.
+    latest_fields, latest_total = memo.requests[copies[0].id][0]
+    assert latest_total == first
+    assert all(fields[1] is copy.content for fields, copy in zip(latest_fields, copies, strict=True))
+
+
+class _SpiedMemo(MessageMemo):
+    """A memo that records where each count started looking messages up one by one."""
+
+    def __init__(self, **bounds: int) -> None:
+        super().__init__(**bounds)
+        self.starts: list[int] = []
+
+    def _sum(self, messages: Any, all_fields: Any, start: int, *rest: Any) -> int:
+        self.starts.append(start)
+        return super()._sum(messages, all_fields, start, *rest)
+
+
+def test_s12_memo_a_reloaded_thread_that_grew_looks_up_only_its_new_messages() -> None:
+    """Between two runs the state comes back from the checkpoint in new objects, with the new turn
+    appended: the earlier messages are matched as one list, the new ones one by one (issue 18
+    item 13: the reload path)."""
+    memo, cache = _SpiedMemo(), _estimate_cache()
+    thread = _thread()
+    assert memo.total(thread[:3], message_tokens, cache) == _exact(thread[:3]) - REQUEST_OVERHEAD_TOKENS
+    grown = _reload(thread)
+    assert memo.total(grown, message_tokens, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
+    assert memo.starts == [0, 3]
+    assert memo.total(grown, message_tokens, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
+    assert memo.starts == [0, 3]  # the same list again: nothing looked up one by one
+
+
+def test_s12_memo_the_effective_messages_and_their_compacted_view_both_keep_their_record() -> None:
+    memo, cache = _SpiedMemo(), _estimate_cache()
+    messages = _thread()
+    view = [*messages[:2], messages[2].model_copy(update={"content": "[已存入工作目录]"}), *messages[3:]]
+    for _ in range(3):
+        assert memo.total(messages, message_tokens, cache) == _exact(messages) - REQUEST_OVERHEAD_TOKENS
+        assert memo.total(view, message_tokens, cache) == _exact(view) - REQUEST_OVERHEAD_TOKENS
+    assert memo.starts == [0, 0]  # each list looked up once, then found whole
+    changed = [*messages[:4], HumanMessage("换了最后一条", id="h2")]  # a prefix of neither
+    assert memo.total(changed, message_tokens, cache) == _exact(changed) - REQUEST_OVERHEAD_TOKENS
+
+
+def test_s12_memo_request_records_stay_bounded() -> None:
+    memo, cache = MessageMemo(max_entries=1_000_000, max_tokens=2_000), _estimate_cache()
+    for thread in range(3 * REQUEST_RECORDS_MAX_ENTRIES):
+        messages = [HumanMessage(f"第 {thread} 个对话" + "内容" * (thread % 40), id=f"t{thread}")]
+        assert memo.total(messages, message_tokens, cache) == message_tokens(messages[0], cache)
+        assert len(memo.requests) <= REQUEST_RECORDS_MAX_ENTRIES
+        assert memo.requests_tokens <= 2_000 // 2
+        assert memo.requests_tokens == sum(t for entry in memo.requests.values() for _, t in entry)
+    huge = [HumanMessage("很长的对话。" * 2_000, id="huge")]
+    assert memo.total(huge, message_tokens, cache) == message_tokens(huge[0], cache)
+    assert "huge" not in memo.requests
 
 
 @pytest.mark.parametrize(

@@ -127,9 +127,10 @@ def test_s12_cl100k_one_token_ideographs_are_read_off_its_vocabulary() -> None:
     """The generated set (`bench/fit_token_profiles.py --write`) is exactly what cl100k encodes as
     one token among the ideographs of the `han` class."""
     count = real_tokenizers.load_real_tokenizer("cl100k").count
-    assert "".join(
-        chr(code) for code in range(0x4000, 0xA000) if count(chr(code)) == 1
-    ) == CL100K_ONE_TOKEN_IDEOGRAPHS
+    assert (
+        "".join(chr(code) for code in range(0x4000, 0xA000) if count(chr(code)) == 1)
+        == CL100K_ONE_TOKEN_IDEOGRAPHS
+    )
 
 
 @pytest.mark.shared_data

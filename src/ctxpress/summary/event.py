@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from operator import is_
 from typing import Any, NotRequired, TypedDict
 
 from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage
@@ -82,7 +84,15 @@ class EffectiveMessages:
     messages: list[BaseMessage]
     event: SummarizationEvent | None
     cutoff_index: int  # where the raw part starts in the full state (0 without an event)
-    state_positions: Mapping[str, int] | None = None
+    #: The full state's messages, when the request's list is another list (it may be shortened).
+    state_messages: Sequence[BaseMessage] | None = None
+
+    @cached_property
+    def state_positions(self) -> Mapping[str, int] | None:
+        """Message id → full-state index; built on first use (a cutoff), not on every request."""
+        if self.state_messages is None:
+            return None
+        return {message.id: index for index, message in enumerate(self.state_messages) if message.id}
 
     @property
     def has_summary(self) -> bool:
@@ -132,17 +142,13 @@ def resolve_cutoff(
     return None
 
 
-def _state_positions(
-    messages: Sequence[BaseMessage], state_messages: Sequence[BaseMessage] | None
-) -> tuple[Mapping[str, int] | None, bool]:
-    """Message id → full-state index, and whether `messages` is not the state as it is."""
-    if state_messages is None or messages is state_messages:
-        return None, False
-    positions = {message.id: index for index, message in enumerate(state_messages) if message.id}
-    same = len(messages) == len(state_messages) and all(
-        a.id == b.id for a, b in zip(messages, state_messages, strict=True)
-    )
-    return positions, not same
+def _is_shortened(messages: Sequence[BaseMessage], state_messages: Sequence[BaseMessage]) -> bool:
+    """Whether the request's `messages` are not the state's as they are (other ids, or fewer)."""
+    if len(messages) != len(state_messages):
+        return True
+    if all(map(is_, messages, state_messages)):  # the usual case, the same objects: checked in C
+        return False
+    return any(a.id != b.id for a, b in zip(messages, state_messages, strict=True))
 
 
 def effective_messages(
@@ -151,12 +157,14 @@ def effective_messages(
     state_messages: Sequence[BaseMessage] | None = None,
 ) -> EffectiveMessages:
     """The effective messages of a request `messages`; `state_messages` when it may be shortened."""
-    positions, shortened = _state_positions(messages, state_messages)
+    if state_messages is messages:
+        state_messages = None
+    shortened = state_messages is not None and _is_shortened(messages, state_messages)
     if event is None:
-        return EffectiveMessages(list(messages), None, 0, positions)
+        return EffectiveMessages(list(messages), None, 0, state_messages)
     if not _valid_event(event):
         logger.warning("ignoring a malformed _summarization_event; using the full message list")
-        return EffectiveMessages(list(messages), None, 0, positions)
+        return EffectiveMessages(list(messages), None, 0, state_messages)
     cutoff = resolve_cutoff(event, messages, shortened=shortened)
     if cutoff is None:
         logger.warning(
@@ -164,6 +172,6 @@ def effective_messages(
             event.get("cutoff_index"),
             len(messages),
         )
-        return EffectiveMessages(list(messages), None, 0, positions)
+        return EffectiveMessages(list(messages), None, 0, state_messages)
     start = event["cutoff_index"] if shortened else cutoff
-    return EffectiveMessages([event["summary_message"], *messages[cutoff:]], event, start, positions)
+    return EffectiveMessages([event["summary_message"], *messages[cutoff:]], event, start, state_messages)

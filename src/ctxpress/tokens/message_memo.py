@@ -53,6 +53,10 @@ FieldsGetter = Callable[[Any], tuple[Any, ...]]
 #: One memo entry: the message object last seen with the latest fields, those fields and their
 #: count, then the fields and count of the version before (or None, 0).
 Entry = tuple[Any, tuple[Any, ...], int, tuple[Any, ...] | None, int]
+#: The lists of message fields last counted under one first message, latest first, with their totals.
+Requests = tuple[tuple[list[tuple[Any, ...]], int], ...]
+#: First messages whose lists are kept (`MessageMemo.requests`): about one per live thread.
+REQUEST_RECORDS_MAX_ENTRIES: Final = 1024
 _Context = TypeVar("_Context")
 
 
@@ -99,6 +103,10 @@ class MessageMemo:
         # Message class -> its fields getter, filled on first sight of a class (`issubclass` is slow
         # on pydantic models), read directly by `total`.
         self.getters: dict[type, FieldsGetter] = {}
+        # First message's key -> the lists counted under it (`total`); their tokens count towards
+        # half of `max_tokens` (they keep the same texts alive as the entries do).
+        self.requests: dict[Hashable, Requests] = {}
+        self.requests_tokens = 0
 
     def __len__(self) -> int:
         return len(self.young) + len(self.old)
@@ -111,17 +119,68 @@ class MessageMemo:
         prefetch: Callable[[Sequence[BaseMessage], _Context], None] | None = None,
     ) -> int:
         """Sum of the counts of `messages`, each taken from the memo when its fields are unchanged,
-        else `count_message(message, context)` remembered now. The young generation's latest slot
-        is checked inline: this loop is the middleware's warm path. The others are counted after
-        it, once `prefetch(those messages, context)` (when given) has prepared what they share: a
+        else `count_message(message, context)` remembered now.
+
+        A thread's list usually only grows from one call to the next, and a checkpoint reload
+        brings it back in new objects: so the lists last counted are kept whole (`requests`, by
+        their first message's key) with their total, and a list that starts with one of them --
+        the same objects, or equal copies -- takes that total from one comparison of the two field
+        lists, done in C; only its new messages are looked up one by one."""
+        if not messages:
+            return 0
+        getter_of = self.getters.get
+        fields = [(getter_of(m.__class__) or self._getter(m.__class__))(m) for m in messages]
+        first = messages[0]
+        request_key = first.id or id(first)
+        known = self.requests.get(request_key) or ()
+        start, total, kept = 0, 0, known[:1]
+        for slot, (known_fields, known_total) in enumerate(known):
+            size = len(known_fields)
+            if size <= len(fields) and fields[:size] == known_fields:
+                start, total, kept = size, known_total, known[1 - slot : 2 - slot]  # the other slot
+                break
+        if start < len(fields):
+            total += self._sum(messages, fields, start, count_message, context, prefetch)
+        self._remember_request(request_key, ((fields, total), *kept), not known)
+        return total
+
+    def _remember_request(self, key: Hashable, entry: Requests, new_key: bool) -> None:
+        """Keep `entry` under `key`: the list just counted, and the other list last counted under
+        the same first message (the L1 path alternates between the effective messages and their
+        compacted view)."""
+        total = sum(tokens for _, tokens in entry)
+        if 2 * total > self.max_tokens:
+            return  # too big to keep alive; the counts are still right, just not remembered whole
+        with self._lock:
+            previous = self.requests.get(key, ())
+            growth = total - sum(tokens for _, tokens in previous)
+            if (new_key and len(self.requests) >= REQUEST_RECORDS_MAX_ENTRIES) or (
+                self.requests_tokens + growth > self.max_tokens // 2
+            ):
+                self.requests.clear()  # rebuilt by the next call of each thread
+                self.requests_tokens, growth = 0, total
+            self.requests_tokens += growth
+            self.requests[key] = entry
+
+    def _sum(
+        self,
+        messages: Sequence[BaseMessage],
+        all_fields: list[tuple[Any, ...]],
+        start: int,
+        count_message: Callable[[BaseMessage, _Context], int],
+        context: _Context,
+        prefetch: Callable[[Sequence[BaseMessage], _Context], None] | None,
+    ) -> int:
+        """Sum of the counts of `messages[start:]` (their fields in `all_fields[start:]`). The
+        young generation's latest slot is checked inline; the others are counted after the loop,
+        once `prefetch(those messages, context)` (when given) has prepared what they share: a
         first sight of a thread counts its texts in one batch."""
         recent = self.young.get
-        getter_of = self.getters.get
         total = 0
         pending: list[tuple[Hashable, BaseMessage, tuple[Any, ...]]] = []
         copies: list[tuple[Hashable, Entry, Entry]] = []
-        for message in messages:
-            fields = (getter_of(message.__class__) or self._getter(message.__class__))(message)
+        for index in range(start, len(messages)):
+            message, fields = messages[index], all_fields[index]
             key = message.id or id(message)
             entry = recent(key)
             if entry is not None and entry[1] == fields:  # identity checks when it is the same message
@@ -211,3 +270,5 @@ class MessageMemo:
             self.young.clear()
             self.old.clear()
             self.young_tokens = 0
+            self.requests.clear()
+            self.requests_tokens = 0
