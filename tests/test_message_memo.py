@@ -139,7 +139,7 @@ def test_s12_memo_adopts_reloaded_copies() -> None:
     assert memo.total(copies, message_tokens, cache) == first
     # Adopted: the thread's record now holds the new objects' fields, so that the next call
     # compares identical objects.
-    latest_fields, latest_total = memo.requests[copies[0].id][0]
+    latest_fields, latest_total = memo.requests[(copies[0].id, copies[1].id)][0]
     assert latest_total == first
     assert all(fields[1] is copy.content for fields, copy in zip(latest_fields, copies, strict=True))
 
@@ -180,6 +180,22 @@ def test_s12_memo_the_effective_messages_and_their_compacted_view_both_keep_thei
     assert memo.starts == [0, 0]  # each list looked up once, then found whole
     changed = [*messages[:4], HumanMessage("换了最后一条", id="h2")]  # a prefix of neither
     assert memo.total(changed, message_tokens, cache) == _exact(changed) - REQUEST_OVERHEAD_TOKENS
+
+
+def test_s12_memo_threads_whose_summaries_share_an_id_keep_their_own_records() -> None:
+    """Every thread's first summary is `ctxpress-summary-1`: three such threads (more than the two
+    slots of one key), counted in turn, are each found whole after their first count."""
+    memo, cache = _SpiedMemo(), _estimate_cache()
+    threads = [
+        [HumanMessage(f"[ctxpress:summary] 摘要 {n}", id="ctxpress-summary-1"), *_reload(_thread())]
+        for n in range(3)
+    ]
+    for index, thread in enumerate(threads):  # distinct raw messages after the summary
+        thread[1] = HumanMessage(f"第 {index} 个对话的问题", id=f"q{index}")
+    for _ in range(3):
+        for thread in threads:
+            assert memo.total(thread, message_tokens, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
+    assert memo.starts == [0, 0, 0]
 
 
 def test_s12_memo_request_records_stay_bounded() -> None:

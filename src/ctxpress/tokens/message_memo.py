@@ -53,9 +53,9 @@ FieldsGetter = Callable[[Any], tuple[Any, ...]]
 #: One memo entry: the message object last seen with the latest fields, those fields and their
 #: count, then the fields and count of the version before (or None, 0).
 Entry = tuple[Any, tuple[Any, ...], int, tuple[Any, ...] | None, int]
-#: The lists of message fields last counted under one first message, latest first, with their totals.
+#: The lists of message fields last counted under one thread's key, latest first, with their totals.
 Requests = tuple[tuple[list[tuple[Any, ...]], int], ...]
-#: First messages whose lists are kept (`MessageMemo.requests`): about one per live thread.
+#: Threads whose lists are kept (`MessageMemo.requests`): about one per live thread.
 REQUEST_RECORDS_MAX_ENTRIES: Final = 1024
 _Context = TypeVar("_Context")
 
@@ -72,6 +72,17 @@ def fields_getter(message_class: type) -> FieldsGetter:
 def message_fields(message: BaseMessage) -> tuple[Any, ...]:
     """The tuple of everything a message's token count depends on (class first)."""
     return fields_getter(message.__class__)(message)
+
+
+def _request_key(messages: Sequence[BaseMessage]) -> Hashable:
+    """A thread's key: its first two messages' ids. After a summary the first is the summary
+    message, whose id (``ctxpress-summary-<n>``) other threads share; the second is the first message
+    kept raw."""
+    first = messages[0]
+    if len(messages) == 1:
+        return first.id or id(first)
+    second = messages[1]
+    return (first.id or id(first), second.id or id(second))
 
 
 class MessageMemo:
@@ -103,8 +114,8 @@ class MessageMemo:
         # Message class -> its fields getter, filled on first sight of a class (`issubclass` is slow
         # on pydantic models), read directly by `total`.
         self.getters: dict[type, FieldsGetter] = {}
-        # First message's key -> the lists counted under it (`total`); their tokens count towards
-        # half of `max_tokens` (they keep the same texts alive as the entries do).
+        # A thread's key (`_request_key`) -> the lists counted under it (`total`); their tokens
+        # count towards half of `max_tokens` (they keep the same texts alive as the entries do).
         self.requests: dict[Hashable, Requests] = {}
         self.requests_tokens = 0
 
@@ -123,15 +134,14 @@ class MessageMemo:
 
         A thread's list usually only grows from one call to the next, and a checkpoint reload
         brings it back in new objects: so the lists last counted are kept whole (`requests`, by
-        their first message's key) with their total, and a list that starts with one of them --
+        the ids of the thread's first two messages) with their total, and a list that starts with one of them --
         the same objects, or equal copies -- takes that total from one comparison of the two field
         lists, done in C; only its new messages are looked up one by one."""
         if not messages:
             return 0
         getter_of = self.getters.get
         fields = [(getter_of(m.__class__) or self._getter(m.__class__))(m) for m in messages]
-        first = messages[0]
-        request_key = first.id or id(first)
+        request_key = _request_key(messages)
         known = self.requests.get(request_key) or ()
         start, total, kept = 0, 0, known[:1]
         for slot, (known_fields, known_total) in enumerate(known):
@@ -146,7 +156,7 @@ class MessageMemo:
 
     def _remember_request(self, key: Hashable, entry: Requests, new_key: bool) -> None:
         """Keep `entry` under `key`: the list just counted, and the other list last counted under
-        the same first message (the L1 path alternates between the effective messages and their
+        the same key (the L1 path alternates between the effective messages and their
         compacted view)."""
         total = sum(tokens for _, tokens in entry)
         if 2 * total > self.max_tokens:
