@@ -133,10 +133,10 @@ class MessageMemo:
         else `count_message(message, context)` remembered now.
 
         A thread's list usually only grows from one call to the next, and a checkpoint reload
-        brings it back in new objects: so the lists last counted are kept whole (`requests`, by
-        the ids of the thread's first two messages) with their total, and a list that starts with one of them --
-        the same objects, or equal copies -- takes that total from one comparison of the two field
-        lists, done in C; only its new messages are looked up one by one."""
+        brings it back in new objects: so the lists last counted are kept whole (`requests`, by the
+        ids of the thread's first two messages) with their total, and a list that starts with one
+        of them -- the same objects, or equal copies -- takes that total from one comparison of the
+        two field lists, done in C; only its new messages are looked up one by one."""
         if not messages:
             return 0
         getter_of = self.getters.get
