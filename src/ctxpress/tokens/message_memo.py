@@ -17,6 +17,10 @@ fields it is made of, so this memo keeps, per message id, those fields and the c
 Each id keeps two slots, because the L1 path alternates between a message and its compacted copy,
 which keeps the message's id.
 
+Above the per-message entries, each thread's last counted list is kept whole with its total: a list
+that starts with it (the next call, a reload with the new turn appended) costs one comparison of
+the two field lists in C, and only its new messages are looked up one by one.
+
 What the premise excludes, and this memo cannot see: a nested list or dict of a message (list
 content, tool-call arguments) edited in place between two counts. A count without
 ``immutable_messages`` sees even that, since its per-content cache keys on the content itself.
