@@ -17,9 +17,8 @@ are not installed. The astral (emoji) weight stays at its prior: there is no rea
 
 The last weight (``estimate.WEIGHT_NAMES``) is not a character class: the ideographs that cl100k
 encodes in several tokens (``tokens.ideographs``; the set of its one-token ideographs is read off its
-vocabulary and written to ``cl100k_ideographs.py``). It is fitted for cl100k and ``default`` (which
-must stay near Llama 3, built on cl100k's vocabulary) and held at 0 for the other profiles, which
-therefore never compute it.
+vocabulary and written to ``cl100k_ideographs.py``). It is fitted for cl100k only and held at 0 for
+every other profile, which therefore never computes it.
 
 ``default`` is fitted to the middle of what o200k / Qwen / DeepSeek / Llama 3 allow on each text type
 (see ``fit_default``), subject to the mean relative error of every (family, text type) staying
@@ -81,8 +80,7 @@ CL100K_ONE_TOKEN_IDEOGRAPHS: Final = (
 )
 # fmt: on
 '''
-#: The family whose vocabulary defines the split ideographs (`tokens.ideographs`) and whose profile
-#: weighs them; `default` (fitted by `fit_default`) weighs them too.
+#: The family whose profile weighs its split ideographs (`tokens.ideographs`).
 SPLIT_IDEOGRAPHS_FAMILY = "cl100k"
 SPLIT_IDEOGRAPHS = WEIGHT_NAMES[-1]
 DEFAULT_FAMILIES = ("o200k", "qwen", "deepseek", "llama3")
@@ -226,6 +224,8 @@ def fit_default(features: Matrix, per_family: dict[str, Matrix], types: list[str
     bounds = [(None, None) if name in SIGNED else (floors.get(name, 0.0), None) for name in WEIGHT_NAMES]
     astral = WEIGHT_NAMES.index("astral")
     bounds[astral] = (start[astral], start[astral])
+    split = WEIGHT_NAMES.index(SPLIT_IDEOGRAPHS)
+    bounds[split] = (0.0, 0.0)
     result = minimize(
         objective, start, method="SLSQP", bounds=bounds, constraints=constraints, options={"maxiter": 500}
     )

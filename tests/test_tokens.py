@@ -34,7 +34,6 @@ from ctxpress.tokens import estimate as estimate_module
 from ctxpress.tokens.cl100k_ideographs import CL100K_ONE_TOKEN_IDEOGRAPHS
 from ctxpress.tokens.counter import REQUEST_OVERHEAD_TOKENS
 from ctxpress.tokens.estimate import WEIGHT_NAMES
-from ctxpress.tokens.ideographs import NUMPY_ONE_TOKEN_COUNT, pure_one_token_count
 from ctxpress.tokens.messages import MESSAGE_OVERHEAD_TOKENS, tool_call_key
 from ctxpress.tokens.profile_weights import PROFILE_WEIGHTS
 from ctxpress.tokens.tool_schemas import TOOL_SCHEMA_OVERHEAD_TOKENS
@@ -48,8 +47,6 @@ DEFAULT_MAX_UNDER, DEFAULT_MAX_OVER = -0.10, 0.25
 # cl100k needs ~1.4-1.6x the tokens of the other families on Chinese text: outside the `default`
 # band by design (documented in ctxpress.tokens.estimate); its own profile covers it.
 CHINESE_TYPES = ("chinese_prose", "json_chinese")
-#: The profiles that weigh the ideographs cl100k splits (`ctxpress.tokens.ideographs`).
-SPLIT_IDEOGRAPHS_PROFILES = ("cl100k", "default")
 
 
 @pytest.fixture
@@ -107,10 +104,8 @@ def test_s12_every_profile_has_a_weight_per_feature() -> None:
     assert WEIGHT_NAMES[: len(FEATURE_NAMES)] == FEATURE_NAMES
     for name, weights in PROFILE_WEIGHTS.items():
         assert len(weights) == len(WEIGHT_NAMES)
-        # Only cl100k's profile and `default` (which must stay near Llama 3, built on cl100k's
-        # vocabulary) weigh the split ideographs: no other profile pays for the search.
-        weighed = weights[WEIGHT_NAMES.index("cl100k_split_ideographs")] != 0
-        assert weighed == (name in SPLIT_IDEOGRAPHS_PROFILES)
+        # Only cl100k's profile weighs its split ideographs: no other profile pays for the search.
+        assert (weights[WEIGHT_NAMES.index("cl100k_split_ideographs")] != 0) == (name == "cl100k")
 
 
 def test_s12_profiles_that_do_not_weigh_split_ideographs_never_search_for_them(
@@ -122,21 +117,10 @@ def test_s12_profiles_that_do_not_weigh_split_ideographs_never_search_for_them(
     monkeypatch.setattr(estimate_module, "split_ideographs", refuse)
     chinese = "上下文压缩保留完整的对话记录，只把模型看到的视图缩短。"
     for profile in PROFILE_NAMES:
-        if profile not in SPLIT_IDEOGRAPHS_PROFILES:
+        if profile != "cl100k":
             assert estimate_tokens(chinese, profile) > 0
-    for profile in SPLIT_IDEOGRAPHS_PROFILES:
-        with pytest.raises(AssertionError, match="split ideographs"):
-            estimate_tokens(chinese, profile)
-
-
-@pytest.mark.shared_data
-def test_s12_one_token_ideographs_are_counted_alike_with_and_without_numpy() -> None:
-    if NUMPY_ONE_TOKEN_COUNT is None:
-        pytest.skip("numpy is not installed: only the pure path exists")
-    texts = [s.text for group in _eval_samples().values() for s in group[:10]]
-    texts += ["", "一", "𠀀一丁", "\ud800一", "abc 的 def"]  # empty, one, astral, a lone surrogate, mixed
-    for text in texts:
-        assert NUMPY_ONE_TOKEN_COUNT(text) == pure_one_token_count(text), text[:40]
+    with pytest.raises(AssertionError, match="split ideographs"):
+        estimate_tokens(chinese, "cl100k")
 
 
 def test_s12_cl100k_one_token_ideographs_are_read_off_its_vocabulary() -> None:
