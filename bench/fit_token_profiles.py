@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/fit_token_profiles.py          # print the fitted table
     .venv/bin/python bench/fit_token_profiles.py --write  # and (re)generate profile_weights.py
-                                                          # and cl100k_ideographs.py
+                                                          # (first cl100k_ideographs.py, if stale)
 
 Only the *fit* half of the samples is used (``token_samples.fit_half``); ``token_estimate.py`` reports
 errors on the other half. Objective for a matching profile: the squared *relative* error per sample,
@@ -47,6 +47,7 @@ from ctxpress.app.testing.token_samples import (
     gettext_catalog_samples,
 )
 from ctxpress.tokens import text_features
+from ctxpress.tokens.cl100k_ideographs import CL100K_ONE_TOKEN_IDEOGRAPHS
 from ctxpress.tokens.estimate import HAN, WEIGHT_NAMES
 from ctxpress.tokens.ideographs import split_ideographs
 from shared_data import require_data_dir
@@ -330,6 +331,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     goal_samples = [sample for kind in TEXT_TYPES for sample in fit_half(all_samples[kind])]
     calib_samples = [s for lang in CALIBRATION_LANGUAGES for s in fit_half(gettext_catalog_samples(lang))]
     tokenizers = load_real_tokenizers()
+    # The fit counts split ideographs with the set this process imported: it must be the
+    # vocabulary's, or the weights would be fitted to another feature than the one shipped.
+    ideographs = one_token_ideographs(tokenizers[SPLIT_IDEOGRAPHS_FAMILY].count)
+    if ideographs != CL100K_ONE_TOKEN_IDEOGRAPHS:
+        if not args.write:
+            raise SystemExit(f"{IDEOGRAPHS_PY.name} is not the tokenizer's set: run with --write")
+        lines = "\n".join(f'    "{ideographs[i : i + 40]}"' for i in range(0, len(ideographs), 40))
+        IDEOGRAPHS_PY.write_text(
+            IDEOGRAPHS_MODULE.format(count=len(ideographs), lines=lines), encoding="utf-8"
+        )
+        raise SystemExit(f"wrote {IDEOGRAPHS_PY}; run again to fit the weights on it")
     profiles = fit_profiles(goal_samples, calib_samples, TokenTable(tokenizers), verbose=True)
     table = _format(profiles)
     print("# " + ", ".join(WEIGHT_NAMES))
@@ -337,12 +349,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.write:
         WEIGHTS_PY.write_text(WEIGHTS_MODULE.format(table=table), encoding="utf-8")
         print(f"wrote {WEIGHTS_PY}", file=sys.stderr)
-        ideographs = one_token_ideographs(tokenizers[SPLIT_IDEOGRAPHS_FAMILY].count)
-        lines = "\n".join(f'    "{ideographs[i : i + 40]}"' for i in range(0, len(ideographs), 40))
-        IDEOGRAPHS_PY.write_text(
-            IDEOGRAPHS_MODULE.format(count=len(ideographs), lines=lines), encoding="utf-8"
-        )
-        print(f"wrote {IDEOGRAPHS_PY}", file=sys.stderr)
 
 
 if __name__ == "__main__":
