@@ -683,9 +683,18 @@ def assert_retrieval_preview(
     # In the original order, with no gaps: ranks 1..kept.
     assert [int(RECORD_LINE.match(line).group(1)) for line in records] == list(range(1, kept + 1))
     field_keys = {"id", "doc_id", "source", "title", "url", "score", "relevance_score"}
+    # A source all results share is named once, in the first line, and on no result's line.
+    shared = {
+        key: results[0][key]
+        for key in ("source",)
+        if total > 1 and key in results[0] and all(r.get(key) == results[0][key] for r in results)
+    }
+    for key, value in shared.items():
+        assert f"{key}={shown(value)}" in first, first
     for line, original in zip(records, results, strict=False):
-        fields = {key: original[key] for key in field_keys & original.keys()}
+        fields = {key: original[key] for key in (field_keys - shared.keys()) & original.keys()}
         preview_body = body_part(line, fields)  # asserts every field is in the line
+        assert not any(f"{key}=" in line for key in shared), line
         body = next(original[k] for k in ("content", "snippet", "text") if k in original)
         assert len(preview_body) <= 161, "bounded body preview"
         assert readable(body).startswith(preview_body.removesuffix("…"))

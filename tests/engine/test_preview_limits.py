@@ -264,7 +264,47 @@ def test_s9_common_source_fields_are_kept(key: str) -> None:
     preview = retrieval_preview(json.dumps({"results": results}), 500)
     assert preview is not None
     lines = record_lines(preview)
-    assert lines and all(f"{key}=Evergreen Bank Help Centre" in line for line in lines)
+    # Shared by every result: named once, in the first line, not on every result's line.
+    assert f"{key}=Evergreen Bank Help Centre" in preview.split("\n")[0]
+    assert lines and not any(f"{key}=" in line for line in lines)
+
+    # Sources that differ stay on each result's line.
+    for rank, result in enumerate(results):
+        result[key] = f"Evergreen Bank Help Centre {rank}"
+    preview = retrieval_preview(json.dumps({"results": results}), 500)
+    assert preview is not None
+    lines = record_lines(preview)
+    assert key not in preview.split("\n")[0]
+    assert lines and all(
+        f"{key}=Evergreen Bank Help Centre {rank} " in line for rank, line in enumerate(lines)
+    )
+
+
+def test_s9_a_source_every_result_shares_is_said_once_so_more_results_fit() -> None:
+    """Real tau2 knowledge-base results all carry the same `source`: naming it once for all of them
+    (not on each line) leaves the metadata share of the budget room for more results."""
+    text, results = kb_results_json(50)
+    assert len({result["source"] for result in results}) == 1
+    preview = retrieval_preview(text, 200)
+    assert preview is not None
+    first = preview.split("\n")[0]
+    assert f"source={results[0]['source']}" in first and "50 results" in first
+    lines = record_lines(preview)
+    assert len(lines) >= 2
+    for line, result in zip(lines, results, strict=False):
+        assert f"id={result['id']}" in line and "source=" not in line
+    # Against the same list with one differing source (the source then stays on every line), as
+    # many results fit in every budget, and more in some.
+    differing = [dict(result) for result in results]
+    differing[-1]["source"] = "elsewhere"
+    shown_counts = []
+    for budget in range(120, 420, 20):
+        once, repeated = retrieval_preview(text, budget), retrieval_preview(json.dumps(differing), budget)
+        assert once is not None and repeated is not None
+        assert all("source=" in line for line in record_lines(repeated))
+        shown_counts.append((len(record_lines(once)), len(record_lines(repeated))))
+    assert all(once >= repeated for once, repeated in shown_counts), shown_counts
+    assert any(once > repeated for once, repeated in shown_counts), shown_counts
 
 
 @pytest.mark.parametrize("budget", [7, 10, 20])

@@ -2,8 +2,9 @@
 
 The result is parsed as JSON. In the original order and within the budget the preview keeps the
 number of results, every identifier (document, chunk and file ids alike), source, title, URL, score
-and a bounded body preview, and says how many results it left out, even when none fits. Anything
-unexpected returns None so the caller falls back to S10.
+and a bounded body preview, and says how many results it left out, even when none fits. A source
+every result shares (one knowledge base, one site) is named once, in the first line, instead of on
+every result's line. Anything unexpected returns None so the caller falls back to S10.
 """
 
 from __future__ import annotations
@@ -129,10 +130,33 @@ def _identifiers(fields: Mapping[str, Any]) -> dict[str, str]:
     return kept
 
 
-def summarize_record(rank: int, item: Any) -> RecordSummary:
+def _source(fields: Mapping[str, Any]) -> tuple[str, str] | None:
+    found = _first(fields, SOURCE_KEYS)
+    return None if found is None else (found[0], _compact(found[1])[:BODY_PREVIEW_CHARS])
+
+
+def shared_source(results: list[Any]) -> tuple[str, str] | None:
+    """The source field (key, shown value) of every result when they all have the same one, else
+    None: it is then said once for all of them rather than on every line."""
+    if len(results) < 2:
+        return None
+    first = _source(_flatten(results[0])[0])
+    if first is None:
+        return None
+    for item in results[1:]:
+        if _source(_flatten(item)[0]) != first:
+            return None
+    return first
+
+
+def summarize_record(rank: int, item: Any, shared: tuple[str, str] | None = None) -> RecordSummary:
+    """A result's fields to show; its source is left out when it is the `shared` one."""
     fields, pair_title = _flatten(item)
     kept = _identifiers(fields)
-    for keys in (SOURCE_KEYS, TITLE_KEYS, URL_KEYS, SCORE_KEYS):
+    source = _source(fields)
+    if source is not None and source != shared:
+        kept[source[0]] = source[1]
+    for keys in (TITLE_KEYS, URL_KEYS, SCORE_KEYS):
         found = _first(fields, keys)
         if found is not None:
             kept[found[0]] = _compact(found[1])[:BODY_PREVIEW_CHARS]
@@ -149,8 +173,10 @@ def summarize_record(rank: int, item: Any) -> RecordSummary:
     return RecordSummary(rank, kept, body)
 
 
-def _header(total: int) -> str:
-    return f"{total} results; preview in original order:"
+def _header(total: int, shared: tuple[str, str] | None) -> str:
+    if shared is None:
+        return f"{total} results; preview in original order:"
+    return f"{total} results, all with {shared[0]}={shared[1]}; preview in original order:"
 
 
 def _footers(left_out: int) -> list[str]:
@@ -186,14 +212,16 @@ def retrieval_preview(text: str, budget: int, profile: str = "default") -> str |
     if results is None:
         return None
     total = len(results)
-    header_tokens = estimate_tokens(_header(total), profile)
+    shared = shared_source(results)
+    header = _header(total, shared)
+    header_tokens = estimate_tokens(header, profile)
     # Lines are joined at line breaks, so their estimates add up (+1 for each break). Room for the
     # shorter footer is kept while results are chosen (it can count at most `total` left out).
     footer_room = estimate_tokens(_footers(total)[-1], profile) + 1
     used = header_tokens
     summaries: list[RecordSummary] = []
     for rank, item in enumerate(results, start=1):
-        summary = summarize_record(rank, item)
+        summary = summarize_record(rank, item, shared)
         cost = estimate_tokens(summary.line(0), profile) + 1
         if used + cost + footer_room > budget or (used + cost > budget * METADATA_SHARE and summaries):
             break
@@ -204,7 +232,7 @@ def retrieval_preview(text: str, budget: int, profile: str = "default") -> str |
         for footer in _footers(total - len(summaries)) or [""]:
             frame = header_tokens + (estimate_tokens(footer, profile) + 1 if footer else 0)
             lines = _with_bodies(summaries, max(0, budget - frame - metadata), profile)
-            preview = "\n".join([_header(total), *lines, *([footer] if footer else [])])
+            preview = "\n".join([header, *lines, *([footer] if footer else [])])
             if estimate_tokens(preview, profile) <= budget:
                 return preview
         summaries.pop()  # the estimates did not add up after all: one result fewer

@@ -100,16 +100,50 @@ def _group(units: Iterable[tuple[str, str]], text_type: str, joiner: str = "\n\n
     return samples  # a short remainder is dropped: it would be a sample below the minimum size
 
 
-# --- English prose: banking policy documents (Markdown) -------------------------------------------
+# --- English prose: banking policy documents, the English spec, dialogue turns, agents' reasoning ---
+
+
+def _glaive_en(data_dir: Path) -> list[dict[str, Any]]:
+    data: list[dict[str, Any]] = _read_json(
+        data_dir / "traces" / "glaive-toolcall" / "data" / "glaive_toolcall_en_demo.json"
+    )
+    return data
+
+
+def _swe_agent_reasoning(data_dir: Path) -> Iterator[tuple[str, str]]:
+    """What SWE-agent's assistant wrote between its commands: an agent explaining its next step."""
+    folder = data_dir / "traces" / "swe-agent"
+    for path in sorted(folder.rglob("*.traj")):
+        for index, entry in enumerate(_read_json(path)["history"]):
+            content = entry.get("content")
+            if entry["role"] == "assistant" and isinstance(content, str):
+                yield f"traces/swe-agent/{path.relative_to(folder)}#{index}", content
 
 
 def english_prose(data_dir: Path) -> list[TextSample]:
+    """Four independent sources of English prose, so that one can be held out (issue 18 item 11):
+    policy documents, a specification, chat turns and an agent's reasoning."""
     folder = data_dir / "kb" / "tau2-banking" / "documents"
-    units = (
+    document_units = (
         (f"kb/tau2-banking/documents/{path.name}", _read_json(path)["content"])
         for path in sorted(folder.glob("*.json"))
     )
-    return _group(units, "english_prose")
+    spec_path = _spec_dir(data_dir) / "context-compression.en.md"
+    spec = spec_path.read_text(encoding="utf-8") if spec_path.exists() else ""  # beside data/, if there
+    spec_units = [("spec/context-compression.en.md", part) for part in spec.split("\n\n")]
+    dialogue_units = [
+        (
+            f"traces/glaive-toolcall/glaive_toolcall_en_demo.json#{index}",
+            "\n".join(turn["value"] for turn in item["conversations"] if turn["from"] in ("human", "gpt")),
+        )
+        for index, item in enumerate(_glaive_en(data_dir))
+    ]
+    return (
+        _group(document_units, "english_prose")
+        + _group(spec_units, "english_prose")
+        + _group(dialogue_units, "english_prose")
+        + _group(_swe_agent_reasoning(data_dir), "english_prose")
+    )
 
 
 # --- Chinese prose: the Chinese spec, dialogue turns of glaive zh and ACEBench ----------------------
@@ -173,8 +207,7 @@ def _tau_bench_tool_results(data_dir: Path) -> Iterator[tuple[str, str]]:
 
 def _glaive_en_json(data_dir: Path) -> Iterator[tuple[str, str]]:
     """The function calls and function results (JSON) of glaive's English conversations."""
-    path = data_dir / "traces" / "glaive-toolcall" / "data" / "glaive_toolcall_en_demo.json"
-    for index, item in enumerate(_read_json(path)):
+    for index, item in enumerate(_glaive_en(data_dir)):
         for turn in item["conversations"]:
             if turn["from"] in ("function_call", "observation") and _is_json_text(turn["value"]):
                 yield f"traces/glaive-toolcall/glaive_toolcall_en_demo.json#{index}", turn["value"]
