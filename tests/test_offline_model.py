@@ -25,6 +25,7 @@ from ctxpress.app.kb import KnowledgeBase
 from ctxpress.app.kb.sqlite_store import SqliteKnowledgeStore
 from ctxpress.app.kb.tools import query_kb_tool
 from ctxpress.app.models import BUILTIN_LABEL, BuiltinChatModel
+from ctxpress.app.models.extractive import read_retrieval
 from ctxpress.app.models.intents import parse_intent
 from ctxpress.app.models.language import detect_language
 from ctxpress.app.server.agents_file import AgentConfigError, AgentDefinition, default_agent
@@ -364,6 +365,30 @@ def test_answers_from_a_preview_name_the_file_holding_the_rest(preview_view: lis
     answer = BuiltinChatModel().invoke(preview_view).text
     assert reference.path in answer and "say 'read the full result'" in answer
     assert "doc_checking_accounts_evergreen_account_002#1" in answer and "8 results" in answer
+
+
+def test_a_preview_naming_one_source_for_all_results_is_read_with_that_source(
+    knowledge_base: KnowledgeBase, tmp_path: Path
+) -> None:
+    """S9 names a source every result shares once, in the preview's first line: the built-in model
+    still reads the preview as a retrieval result, each record with that source."""
+    result = query_kb_tool(knowledge_base).invoke({"query": "故宫 门票", "limit": 8})
+    sources = {record["source"] for record in json.loads(result)["results"]}
+    assert len(sources) == 1  # every hit from the same CrossWOZ file
+    call = {"name": "query_kb", "args": {"query": "故宫 门票"}, "id": "c1", "type": "tool_call"}
+    messages: list[BaseMessage] = [
+        HumanMessage("故宫门票多少钱？"),
+        AIMessage("", tool_calls=[call]),
+        ToolMessage(result, tool_call_id="c1", name="query_kb"),
+    ]
+    view = compact_view(
+        messages, CompressionConfig(summary_tool_result_token_limit=200), LocalWorkdir(tmp_path)
+    ).messages
+    (source,) = sources
+    assert f"8 results, all with source={source}" in view[-1].text
+    read = read_retrieval(view[-1].text)
+    assert read is not None and read.total == 8 and read.records
+    assert all(record.fields["source"] == source for record in read.records)
 
 
 def test_its_settings_come_from_the_agents_file_and_mistakes_are_reported(

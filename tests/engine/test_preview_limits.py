@@ -20,7 +20,7 @@ from langchain_core.messages import ToolMessage
 
 from ctxpress.compaction import CompactionCache, compact_view, offload_path
 from ctxpress.compaction.markers import offload_header, parse_offload_reference
-from ctxpress.compaction.retrieval_preview import retrieval_preview
+from ctxpress.compaction.retrieval_preview import PreviewHeader, parse_preview_header, retrieval_preview
 from ctxpress.compaction.text_preview import (
     MIN_PIECE_TOKENS,
     head_middle_tail_preview,
@@ -289,6 +289,7 @@ def test_s9_a_source_every_result_shares_is_said_once_so_more_results_fit() -> N
     assert preview is not None
     first = preview.split("\n")[0]
     assert f"source={results[0]['source']}" in first and "50 results" in first
+    assert parse_preview_header(first) == PreviewHeader(50, ("source", results[0]["source"]))
     lines = record_lines(preview)
     assert len(lines) >= 2
     for line, result in zip(lines, results, strict=False):
@@ -302,6 +303,7 @@ def test_s9_a_source_every_result_shares_is_said_once_so_more_results_fit() -> N
         once, repeated = retrieval_preview(text, budget), retrieval_preview(json.dumps(differing), budget)
         assert once is not None and repeated is not None
         assert all("source=" in line for line in record_lines(repeated))
+        assert parse_preview_header(repeated.split("\n")[0]) == PreviewHeader(50, None)
         shown_counts.append((len(record_lines(once)), len(record_lines(repeated))))
     assert all(once >= repeated for once, repeated in shown_counts), shown_counts
     assert any(once > repeated for once, repeated in shown_counts), shown_counts

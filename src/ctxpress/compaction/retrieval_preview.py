@@ -10,6 +10,7 @@ every result's line. Anything unexpected returns None so the caller falls back t
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -173,10 +174,32 @@ def summarize_record(rank: int, item: Any, shared: tuple[str, str] | None = None
     return RecordSummary(rank, kept, body)
 
 
+_HEADER_END = "; preview in original order:"
+_HEADER = re.compile(r"^(\d+) results(?:, all with ([A-Za-z_]+)=(.*))?" + re.escape(_HEADER_END) + "$")
+
+
 def _header(total: int, shared: tuple[str, str] | None) -> str:
     if shared is None:
-        return f"{total} results; preview in original order:"
-    return f"{total} results, all with {shared[0]}={shared[1]}; preview in original order:"
+        return f"{total} results{_HEADER_END}"
+    return f"{total} results, all with {shared[0]}={shared[1]}{_HEADER_END}"
+
+
+@dataclass(frozen=True)
+class PreviewHeader:
+    """A preview's first line, read back: the number of results and the source all of them share."""
+
+    total: int
+    shared: tuple[str, str] | None
+
+
+def parse_preview_header(line: str) -> PreviewHeader | None:
+    """The first line of a `retrieval_preview`, or None when `line` is not one (for readers of
+    previews, such as the built-in model: the format is defined here only)."""
+    match = _HEADER.match(line)
+    if match is None:
+        return None
+    key, value = match.group(2), match.group(3)
+    return PreviewHeader(int(match.group(1)), (key, value) if key is not None else None)
 
 
 def _footers(left_out: int) -> list[str]:

@@ -15,10 +15,10 @@ from typing import Any
 from ctxpress.app.kb.sentences import split_sentences
 from ctxpress.app.kb.terms import QueryTerms
 from ctxpress.compaction.markers import parse_offload_reference
+from ctxpress.compaction.retrieval_preview import PreviewHeader, parse_preview_header
 
 SENTENCE_CHARS = 160
 _PREVIEW_LINE = re.compile(r"^#(\d+) (.*)$")
-_PREVIEW_TOTAL = re.compile(r"^(\d+) results; preview in original order:")
 _PREVIEW_FIELD = re.compile(r"^([A-Za-z_]+)=(.*)$")
 RECORD_KEYS = ("id", "doc_id", "document_id", "chunk_id", "title", "name", "source", "url", "score")
 
@@ -113,10 +113,9 @@ def _from_json(text: str) -> RetrievalView | None:
 
 def _from_preview(text: str, path: str) -> RetrievalView | None:
     records: list[RetrievedRecord] = []
-    total: int | None = None
+    header: PreviewHeader | None = None
     for line in text.splitlines():
-        if total is None and (counted := _PREVIEW_TOTAL.match(line)):
-            total = int(counted.group(1))
+        if header is None and (header := parse_preview_header(line)) is not None:
             continue
         match = _PREVIEW_LINE.match(line)
         if match is None:
@@ -129,10 +128,12 @@ def _from_preview(text: str, path: str) -> RetrievalView | None:
                 fields[field_match.group(1)] = field_match.group(2)
             else:
                 body_parts.append(part)
+        if header is not None and header.shared is not None and header.shared[0] in RECORD_KEYS:
+            fields.setdefault(*header.shared)  # named once for all results (S9)
         records.append(RetrievedRecord(int(match.group(1)), fields, " | ".join(body_parts)))
-    if total is None:
+    if header is None:
         return None  # an offloaded text that is not a retrieval result
-    return RetrievalView(records=records, total=total, offloaded_path=path)
+    return RetrievalView(records=records, total=header.total, offloaded_path=path)
 
 
 def _text(value: Any) -> str:
