@@ -100,14 +100,34 @@ def _group(units: Iterable[tuple[str, str]], text_type: str, joiner: str = "\n\n
     return samples  # a short remainder is dropped: it would be a sample below the minimum size
 
 
-# --- English prose: banking policy documents, the English spec, dialogue turns, agents' reasoning ---
+# --- Prose: the specs, dialogue turns (glaive), policy documents, questions, agents' reasoning ------
 
 
-def _glaive_en(data_dir: Path) -> list[dict[str, Any]]:
+def _glaive(data_dir: Path, language: str) -> list[dict[str, Any]]:
+    """glaive's ShareGPT-style dialogues in `language` (``en`` or ``zh``)."""
     data: list[dict[str, Any]] = _read_json(
-        data_dir / "traces" / "glaive-toolcall" / "data" / "glaive_toolcall_en_demo.json"
+        data_dir / "traces" / "glaive-toolcall" / "data" / f"glaive_toolcall_{language}_demo.json"
     )
     return data
+
+
+def _spec_units(data_dir: Path, language: str) -> list[tuple[str, str]]:
+    """The paragraphs of the spec in `language`, when it lies beside the data folder."""
+    name = f"context-compression.{language}.md"
+    path = _spec_dir(data_dir) / name
+    spec = path.read_text(encoding="utf-8") if path.exists() else ""
+    return [(f"spec/{name}", part) for part in spec.split("\n\n")]
+
+
+def _dialogue_units(data_dir: Path, language: str) -> list[tuple[str, str]]:
+    """The user and assistant turns of each glaive dialogue in `language`, one unit per dialogue."""
+    return [
+        (
+            f"traces/glaive-toolcall/glaive_toolcall_{language}_demo.json#{index}",
+            "\n".join(turn["value"] for turn in item["conversations"] if turn["from"] in ("human", "gpt")),
+        )
+        for index, item in enumerate(_glaive(data_dir, language))
+    ]
 
 
 def _swe_agent_reasoning(data_dir: Path) -> Iterator[tuple[str, str]]:
@@ -128,32 +148,12 @@ def english_prose(data_dir: Path) -> list[TextSample]:
         (f"kb/tau2-banking/documents/{path.name}", _read_json(path)["content"])
         for path in sorted(folder.glob("*.json"))
     )
-    spec_path = _spec_dir(data_dir) / "context-compression.en.md"
-    spec = spec_path.read_text(encoding="utf-8") if spec_path.exists() else ""  # beside data/, if there
-    spec_units = [("spec/context-compression.en.md", part) for part in spec.split("\n\n")]
-    dialogue_units = [
-        (
-            f"traces/glaive-toolcall/glaive_toolcall_en_demo.json#{index}",
-            "\n".join(turn["value"] for turn in item["conversations"] if turn["from"] in ("human", "gpt")),
-        )
-        for index, item in enumerate(_glaive_en(data_dir))
-    ]
     return (
         _group(document_units, "english_prose")
-        + _group(spec_units, "english_prose")
-        + _group(dialogue_units, "english_prose")
+        + _group(_spec_units(data_dir, "en"), "english_prose")
+        + _group(_dialogue_units(data_dir, "en"), "english_prose")
         + _group(_swe_agent_reasoning(data_dir), "english_prose")
     )
-
-
-# --- Chinese prose: the Chinese spec, dialogue turns of glaive zh and ACEBench ----------------------
-
-
-def _glaive_zh(data_dir: Path) -> list[dict[str, Any]]:
-    data: list[dict[str, Any]] = _read_json(
-        data_dir / "traces" / "glaive-toolcall" / "data" / "glaive_toolcall_zh_demo.json"
-    )
-    return data
 
 
 def _acebench_questions(data_dir: Path) -> Iterator[tuple[str, str]]:
@@ -166,19 +166,10 @@ def _acebench_questions(data_dir: Path) -> Iterator[tuple[str, str]]:
 
 
 def chinese_prose(data_dir: Path) -> list[TextSample]:
-    spec_path = _spec_dir(data_dir) / "context-compression.zh.md"
-    spec = spec_path.read_text(encoding="utf-8") if spec_path.exists() else ""  # beside data/, if there
-    spec_units = [("spec/context-compression.zh.md", part) for part in spec.split("\n\n")]
-    dialogue_units = [
-        (
-            f"traces/glaive-toolcall/glaive_toolcall_zh_demo.json#{index}",
-            "\n".join(turn["value"] for turn in item["conversations"] if turn["from"] in ("human", "gpt")),
-        )
-        for index, item in enumerate(_glaive_zh(data_dir))
-    ]
+    """The Chinese spec, the dialogue turns of glaive zh and ACEBench's questions."""
     return (
-        _group(spec_units, "chinese_prose")
-        + _group(dialogue_units, "chinese_prose")
+        _group(_spec_units(data_dir, "zh"), "chinese_prose")
+        + _group(_dialogue_units(data_dir, "zh"), "chinese_prose")
         + _group(_acebench_questions(data_dir), "chinese_prose")
     )
 
@@ -207,7 +198,7 @@ def _tau_bench_tool_results(data_dir: Path) -> Iterator[tuple[str, str]]:
 
 def _glaive_en_json(data_dir: Path) -> Iterator[tuple[str, str]]:
     """The function calls and function results (JSON) of glaive's English conversations."""
-    for index, item in enumerate(_glaive_en(data_dir)):
+    for index, item in enumerate(_glaive(data_dir, "en")):
         for turn in item["conversations"]:
             if turn["from"] in ("function_call", "observation") and _is_json_text(turn["value"]):
                 yield f"traces/glaive-toolcall/glaive_toolcall_en_demo.json#{index}", turn["value"]
@@ -310,7 +301,7 @@ def _render_openai_message(message: dict[str, Any]) -> str:
 
 
 def _glaive_turns(data_dir: Path) -> Iterator[str]:
-    for item in _glaive_zh(data_dir):
+    for item in _glaive(data_dir, "zh"):
         for turn in item["conversations"]:
             yield f"{turn['from']}: {turn['value']}"
 
@@ -493,7 +484,7 @@ def real_thread(data_dir: Path, max_chars: int = 1_400_000, max_messages: int = 
     SWE-agent trajectories (long tool outputs) and tau-bench airline conversations, interleaved,
     stopping at `max_messages` or `max_chars` characters of content."""
     sources: list[Iterator[list[BaseMessage]]] = [
-        (_glaive_to_langchain(item, index) for index, item in enumerate(_glaive_zh(data_dir))),
+        (_glaive_to_langchain(item, index) for index, item in enumerate(_glaive(data_dir, "zh"))),
         _swe_agent_threads(data_dir),
         (_openai_to_langchain(trial["traj"]) for trial in _tau_bench(data_dir)),
     ]
