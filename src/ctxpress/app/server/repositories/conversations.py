@@ -1,13 +1,45 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
-from sqlalchemy import case, or_, select, update
+from sqlalchemy import Select, String, Update, bindparam, case, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
 from ctxpress.app.server.db.models import Conversation, is_public_id, utcnow
+
+
+def _conversation_for_lock(row_lock: bool, skip_locked: bool) -> Select[Conversation]:
+    query = (
+        select(Conversation)
+        .where(Conversation.id == bindparam("conversation_id"))
+        .execution_options(populate_existing=True)
+    )
+    return query.with_for_update(skip_locked=skip_locked) if row_lock else query
+
+
+def _take_queue_seq(naming: bool) -> Update:
+    title = case((Conversation.title == "", bindparam("title", type_=String)), else_=Conversation.title)
+    return (
+        update(Conversation)
+        .where(Conversation.id == bindparam("conversation_id"))
+        .values(
+            next_queue_seq=bindparam("next_queue_seq"),
+            updated_at=bindparam("updated_at"),
+            **({"title": title} if naming else {}),
+        )
+    )
+
+
+# Statements every message and run step executes, built once (building one costs about as much as
+# running it on SQLite): `read_for_lock`'s by (row_lock, skip_locked), `take_queue_seq`'s by
+# whether it also names an untitled conversation.
+_READ_FOR_LOCK: Final = MappingProxyType(
+    {(lock, skip): _conversation_for_lock(lock, skip) for lock in (False, True) for skip in (False, True)}
+)
+_TAKE_QUEUE_SEQ: Final = (_take_queue_seq(False), _take_queue_seq(True))
 
 
 class ConversationRepository:
@@ -30,14 +62,8 @@ class ConversationRepository:
         `row_lock`: `SELECT … FOR UPDATE` (PostgreSQL), held until the transaction ends;
         `skip_locked`: with `SKIP LOCKED`, so a row another transaction holds reads as None.
         """
-        query = (
-            select(Conversation)
-            .where(Conversation.id == conversation_id)
-            .execution_options(populate_existing=True)
-        )
-        if row_lock:
-            query = query.with_for_update(skip_locked=skip_locked)
-        return (await self.session.execute(query)).scalar_one_or_none()
+        query = _READ_FOR_LOCK[row_lock, skip_locked]
+        return (await self.session.execute(query, {"conversation_id": conversation_id})).scalar_one_or_none()
 
     async def claim_compression(
         self, conversation_id: str, *, now: datetime, until: datetime, force: bool = False
@@ -126,12 +152,14 @@ class ConversationRepository:
         and the conversation touched; an untitled one is named `title_if_untitled` in the same
         statement (a rename committed meanwhile wins: the condition is evaluated by the database)."""
         queue_seq, now = conversation.next_queue_seq, utcnow()
-        values: dict[str, Any] = {"next_queue_seq": queue_seq + 1, "updated_at": now}
+        values: dict[str, Any] = {
+            "conversation_id": conversation.id,
+            "next_queue_seq": queue_seq + 1,
+            "updated_at": now,
+        }
         if title_if_untitled:
-            values["title"] = case((Conversation.title == "", title_if_untitled), else_=Conversation.title)
-        await self.session.execute(
-            update(Conversation).where(Conversation.id == conversation.id).values(values)
-        )
+            values["title"] = title_if_untitled
+        await self.session.execute(_TAKE_QUEUE_SEQ[bool(title_if_untitled)], values)
         # The statement went around the unit of work: the loaded row learns its new value without a
         # flush of its own (its title is left as read: the database decided it).
         set_committed_value(conversation, "next_queue_seq", queue_seq + 1)

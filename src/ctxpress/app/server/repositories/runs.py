@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal
 
-from sqlalchemy import exists, func, select, true, update
+from sqlalchemy import bindparam, exists, func, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -53,6 +53,31 @@ class BusyState:
         return cls(BUSY_COMPRESSING, None, queued_runs)
 
 
+#: A conversation's active and queued runs in queue order (`busy_state`, read by every message).
+_ACTIVE_AND_QUEUED: Final = (
+    select(Run.id, Run.status)
+    .where(
+        Run.conversation_id == bindparam("conversation_id"),
+        Run.status.in_((*ACTIVE_RUN_STATUSES, RUN_QUEUED)),
+    )
+    .order_by(Run.queue_seq)
+)
+
+#: A run of a conversation the user owns (`get_owned`: every stream opened by run id reads it).
+_OWNED_RUN: Final = (
+    select(Run)
+    .join(Conversation, Conversation.id == Run.conversation_id)
+    .where(Run.id == bindparam("run_id"), Conversation.owner_id == bindparam("owner_id"))
+)
+#: The next queued run of a conversation (`head_of_queue`: read when a run finishes).
+_HEAD_OF_QUEUE: Final = (
+    select(Run)
+    .where(Run.conversation_id == bindparam("conversation_id"), Run.status == RUN_QUEUED)
+    .order_by(Run.queue_seq)
+    .limit(1)
+)
+
+
 class RunRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
@@ -93,12 +118,8 @@ class RunRepository:
     async def get_owned(self, run_id: str, owner_id: str) -> Run | None:
         if not is_public_id(run_id):
             return None
-        query = (
-            select(Run)
-            .join(Conversation, Conversation.id == Run.conversation_id)
-            .where(Run.id == run_id, Conversation.owner_id == owner_id)
-        )
-        return (await self.session.execute(query)).scalar_one_or_none()
+        parameters = {"run_id": run_id, "owner_id": owner_id}
+        return (await self.session.execute(_OWNED_RUN, parameters)).scalar_one_or_none()
 
     async def previous(self, run: Run) -> Run | None:
         """The conversation's run queued right before `run`."""
@@ -125,12 +146,7 @@ class RunRepository:
         return list((await self.session.execute(query)).scalars())
 
     async def busy_state(self, conversation_id: str) -> BusyState | None:
-        query = (
-            select(Run.id, Run.status)
-            .where(Run.conversation_id == conversation_id, Run.status.in_((*ACTIVE_RUN_STATUSES, RUN_QUEUED)))
-            .order_by(Run.queue_seq)
-        )
-        rows = (await self.session.execute(query)).all()
+        rows = (await self.session.execute(_ACTIVE_AND_QUEUED, {"conversation_id": conversation_id})).all()
         active = next((row for row in rows if row.status in ACTIVE_RUN_STATUSES), None)
         queued = sum(1 for row in rows if row.status == RUN_QUEUED)
         if active is not None:
@@ -152,13 +168,8 @@ class RunRepository:
         return int((await self.session.execute(query)).scalar_one())
 
     async def head_of_queue(self, conversation_id: str) -> Run | None:
-        query = (
-            select(Run)
-            .where(Run.conversation_id == conversation_id, Run.status == RUN_QUEUED)
-            .order_by(Run.queue_seq)
-            .limit(1)
-        )
-        return (await self.session.execute(query)).scalar_one_or_none()
+        parameters = {"conversation_id": conversation_id}
+        return (await self.session.execute(_HEAD_OF_QUEUE, parameters)).scalar_one_or_none()
 
     async def ready_queue_heads(
         self, *, limit: int, excluding_owners: Collection[str] = ()

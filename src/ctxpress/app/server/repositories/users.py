@@ -2,11 +2,23 @@ from __future__ import annotations
 
 import builtins
 from datetime import datetime
+from typing import Final
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import bindparam, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.models import ApiToken, User, is_public_id, utcnow
+
+#: The user of an active token (a request's authentication): built once, as every request reads it.
+_USER_OF_ACTIVE_TOKEN: Final = (
+    select(User)
+    .join(ApiToken, ApiToken.user_id == User.id)
+    .where(
+        ApiToken.token_sha256 == bindparam("token_sha256"),
+        ApiToken.revoked_at.is_(None),
+        or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > bindparam("now")),
+    )
+)
 
 
 class UserRepository:
@@ -43,16 +55,8 @@ class UserRepository:
 
     async def by_token_digest(self, token_sha256: str) -> User | None:
         """The user of a token that is neither revoked nor expired."""
-        query = (
-            select(User)
-            .join(ApiToken, ApiToken.user_id == User.id)
-            .where(
-                ApiToken.token_sha256 == token_sha256,
-                ApiToken.revoked_at.is_(None),
-                or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > utcnow()),
-            )
-        )
-        return (await self.session.execute(query)).scalar_one_or_none()
+        parameters = {"token_sha256": token_sha256, "now": utcnow()}
+        return (await self.session.execute(_USER_OF_ACTIVE_TOKEN, parameters)).scalar_one_or_none()
 
     async def tokens(self, user_id: str | None = None) -> builtins.list[tuple[ApiToken, str]]:
         """Tokens (of one user, or all) with their user's name, oldest first."""
