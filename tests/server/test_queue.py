@@ -7,13 +7,15 @@ import contextlib
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
-from sqlalchemy import update
+from sqlalchemy import inspect, update
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
 from ctxpress.app.server.db.engine import Database
-from ctxpress.app.server.db.models import Conversation
+from ctxpress.app.server.db.models import RUN_RUNNING, Conversation, Run, table_of, utcnow
 from ctxpress.app.server.repositories.conversations import ConversationRepository
+from ctxpress.app.server.repositories.runs import RunLease, RunRepository
 from ctxpress.app.server.runtime.intake_activity import IntakeActivity
 from ctxpress.app.server.runtime.locks import conversation_lock
 from ctxpress.app.server.runtime.worker import RunWorker
@@ -278,6 +280,31 @@ async def test_a_rename_committed_before_the_intakes_statement_keeps_its_title(d
         assert stored is not None
         assert (stored.title, stored.next_queue_seq) == ("我的名字", first_place + 2)
         assert second_place == first_place + 1
+
+
+async def test_a_new_run_is_in_the_session_as_the_row_the_database_holds(database: Database) -> None:
+    """The intake inserts its run with a prebuilt statement, not the unit of work: the object it
+    returns holds every column as stored (defaults included), and later changes to it are saved."""
+    conversation_id = await add_conversation(database)
+    async with database.session() as session:
+        conversation = await session.get(Conversation, conversation_id)
+        assert conversation is not None
+        lease = RunLease("this process", utcnow() + timedelta(minutes=1))
+        run = await RunRepository(session).add(conversation, input={"text": "你好"}, lease=lease)
+        state = inspect(run)
+        assert state.persistent and not state.expired_attributes and not state.unloaded
+        held = {column.key: getattr(run, column.key) for column in table_of(Run).columns}
+        assert held["created_at"] is not None and held["cancel_requested"] is False
+        assert (held["status"], held["attempts"], held["lease_owner"]) == (RUN_RUNNING, 1, "this process")
+        run.error = "changed after the insert"
+        await session.commit()
+    async with database.session() as session:
+        stored = await session.get(Run, held["id"])
+        assert stored is not None
+        assert {column.key: getattr(stored, column.key) for column in table_of(Run).columns} == {
+            **held,
+            "error": "changed after the insert",
+        }
 
 
 def test_a_started_run_lets_the_messages_being_accepted_go_first(start_server: ServerFactory) -> None:

@@ -17,6 +17,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
+    ColumnDefault,
     DateTime,
     Dialect,
     ForeignKey,
@@ -109,6 +110,24 @@ class Base(DeclarativeBase):
 def table_of(model: type[Base]) -> Table:
     """The table of a mapped class, for Core statements on hot paths (no unit of work)."""
     return cast(Table, model.__table__)
+
+
+def insert_values(row: Base) -> dict[str, Any]:
+    """Every column's value of the new `row`, for a Core insert of it on a hot path (no unit of
+    work). An attribute never set takes its column's Python-side default (or None) on the object
+    too, as a flush would: the object then holds every value the database will, and once attached
+    to a session as that row (`make_transient_to_detached`) none is left to load."""
+    values: dict[str, Any] = {}
+    for column in table_of(type(row)).columns:
+        key = column.key
+        if key not in row.__dict__:
+            default = column.default
+            value = None
+            if isinstance(default, ColumnDefault):
+                value = default.arg(None) if default.is_callable else default.arg
+            setattr(row, key, value)
+        values[key] = row.__dict__[key]
+    return values
 
 
 class User(Base):

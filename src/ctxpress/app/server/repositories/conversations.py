@@ -30,6 +30,9 @@ def _take_queue_seq(naming: bool) -> Update:
             updated_at=bindparam("updated_at"),
             **({"title": title} if naming else {}),
         )
+        # The caller sets the loaded row's new values itself (`take_queue_seq`): no evaluation of
+        # the statement against the session's objects.
+        .execution_options(synchronize_session=False)
     )
 
 
