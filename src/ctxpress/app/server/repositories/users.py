@@ -2,23 +2,28 @@ from __future__ import annotations
 
 import builtins
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
-from sqlalchemy import bindparam, func, or_, select
+from sqlalchemy import and_, bindparam, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.models import ApiToken, User, is_public_id, utcnow
 
-#: The user of an active token (a request's authentication): built once, as every request reads it.
-_USER_OF_ACTIVE_TOKEN: Final = (
-    select(User)
-    .join(ApiToken, ApiToken.user_id == User.id)
-    .where(
-        ApiToken.token_sha256 == bindparam("token_sha256"),
-        ApiToken.revoked_at.is_(None),
-        or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > bindparam("now")),
-    )
+#: `ApiToken` is the token whose digest is the parameter `token_sha256`, neither revoked nor expired
+#: at the parameter `now` (`active_token_parameters`).
+ACTIVE_TOKEN: Final = and_(
+    ApiToken.token_sha256 == bindparam("token_sha256"),
+    ApiToken.revoked_at.is_(None),
+    or_(ApiToken.expires_at.is_(None), ApiToken.expires_at > bindparam("now")),
 )
+
+#: The user of an active token (a request's authentication): built once, as every request reads it.
+_USER_OF_ACTIVE_TOKEN: Final = select(User).join(ApiToken, ApiToken.user_id == User.id).where(ACTIVE_TOKEN)
+
+
+def active_token_parameters(token_sha256: str) -> dict[str, Any]:
+    """The parameters of `ACTIVE_TOKEN` for the token with this digest, now."""
+    return {"token_sha256": token_sha256, "now": utcnow()}
 
 
 class UserRepository:
@@ -55,7 +60,7 @@ class UserRepository:
 
     async def by_token_digest(self, token_sha256: str) -> User | None:
         """The user of a token that is neither revoked nor expired."""
-        parameters = {"token_sha256": token_sha256, "now": utcnow()}
+        parameters = active_token_parameters(token_sha256)
         return (await self.session.execute(_USER_OF_ACTIVE_TOKEN, parameters)).scalar_one_or_none()
 
     async def tokens(self, user_id: str | None = None) -> builtins.list[tuple[ApiToken, str]]:

@@ -103,6 +103,11 @@ class Caller:
     address: str
     throttle: AuthThrottle
 
+    @property
+    def token_sha256(self) -> str | None:
+        """The digest an active token of the caller is stored under (None: not one of ours)."""
+        return hash_token(self.token) if self.token.startswith(TOKEN_PREFIX) else None
+
     async def user_in(self, session: AsyncSession) -> User:
         """The token's user, read in `session`; 401 (and a failure counted) when there is none."""
         user = await user_of_token(session, self.token)
