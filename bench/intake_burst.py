@@ -1,6 +1,7 @@
 """What one accepted message and one stream open cost the service (issue 17: time to first event).
 
-    .venv/bin/python bench/intake_burst.py      # both databases; prints, docs untouched
+    .venv/bin/python bench/intake_burst.py                  # both databases; prints, docs untouched
+    .venv/bin/python bench/intake_burst.py --one-by-one 400 # also the intake alone, one after another
 
 The paced service (`bench/paced_service.py`: the service, its model streaming with real timing)
 runs with one run slot, taken for the whole measurement by one long run (20,000 tokens at 50
@@ -11,6 +12,10 @@ tokens/s), so that every message of the burst is accepted and queued and no othe
 the burst, less the long run's own rate measured just before) and the latency p50 / p95 / last.
 The last request of a burst waits for about the burst's whole CPU: that is the floor of the time
 to first event when that many messages arrive at once at one process.
+
+`--one-by-one N`: the intake alone, without HTTP -- `RunService.submit` called N times one after
+another on the event loop of a service in this process (its one slot held by a long run), each
+message to a conversation of its own; reported: the event loop thread's CPU per intake.
 """
 
 from __future__ import annotations
@@ -28,8 +33,11 @@ from pathlib import Path
 import httpx
 
 from common import percentile
+from ctxpress.app.server.app import create_app
+from ctxpress.app.server.usecases.auth import Caller
+from ctxpress.app.testing.live_server import LiveServer
 from ctxpress.app.testing.processes import create_user
-from paced_service import RATE_ENV, TOKENS_ENV
+from paced_service import RATE_ENV, TOKENS_ENV, PacedTokenModel, paced_agent
 from service_load import process_cpu_s, running_service, service_settings
 from streaming_load import PACED_COMMAND
 
@@ -144,10 +152,42 @@ def run(backend: str, scratch: Path) -> list[Burst]:
             return asyncio.run(measure(service.base_url, service.process.pid, token))
 
 
+def one_by_one(backend: str, scratch: Path, count: int) -> float:
+    """CPU ms of the event loop's thread per `RunService.submit`, `count` of them one after another."""
+    agent = paced_agent()
+    assert isinstance(agent.model.model, PacedTokenModel)
+    # The slot's holder, streaming all along, slowly (its own CPU is counted too).
+    agent.model.model.tokens, agent.model.model.tokens_per_s = LONG_RUN_TOKENS, 5.0
+    with service_settings(backend, scratch / f"{backend}-one-by-one") as settings:
+        settings = settings.model_copy(update={"max_concurrent_runs": 1, "max_runs_per_user": 1})
+        server = LiveServer(create_app(settings, agents=[agent])).start()
+        try:
+            token = server.create_user("bench")
+            with server.client(token) as client:
+                conversations = [
+                    client.post("/api/conversations", json={}).json()["id"] for _ in range(count + 1)
+                ]
+                client.post(f"/api/conversations/{conversations[0]}/runs", json={"input": "讲"})
+            services = server.services
+            caller = Caller(token=token, address="127.0.0.1", throttle=services.auth_throttle)
+
+            async def intakes() -> float:
+                started = time.thread_time()
+                for conversation_id in conversations[1:]:
+                    await services.runs.submit(caller, conversation_id, "你好")
+                return (time.thread_time() - started) * 1e3 / count
+
+            return server.call(intakes(), timeout=600)
+        finally:
+            server.stop()
+
+
 def main(argv: list[str] | None = None) -> None:
-    argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    ).parse_args(argv)
+    )
+    parser.add_argument("--one-by-one", type=int, metavar="N", help="also time N intakes one after another")
+    args = parser.parse_args(argv)
     lines = [
         "| database | burst | requests | service CPU ms per request | latency p50 / p95 / last ms |",
         "| --- | --- | --- | --- | --- |",
@@ -155,6 +195,12 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="ctxpress-intake-burst-") as scratch:
         for backend in ("sqlite", "postgresql"):
             lines += [burst.row(backend) for burst in run(backend, Path(scratch))]
+            if args.one_by_one:
+                cpu = one_by_one(backend, Path(scratch), args.one_by_one)
+                lines.append(
+                    f"| {backend} | {args.one_by_one} intakes one after another, no HTTP | "
+                    f"{args.one_by_one} | {cpu:.2f} | – |"
+                )
     print("\n".join(lines))
 
 
