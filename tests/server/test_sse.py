@@ -345,26 +345,36 @@ def test_a_stream_checks_its_owner_and_reads_its_events_in_one_transaction(
     start_server: ServerFactory,
 ) -> None:
     """`GET /api/runs/{id}/events`: one transaction authenticates the caller, checks the run's owner
-    and reads the events the client has not seen; a finished run's replay needs no other. Another
-    user's run is a 404 before any event, as before, and a token that is not valid a 401."""
+    and reads the events the client has not seen -- two statements, the run read for the owner of
+    the caller's token, then its events; a finished run's replay needs no other. Another user's run
+    is a 404 before any event, as before, and a token that is not valid a 401."""
     server = start_server(agents=[echo_agent()])
     alice = server.client(server.create_user("alice"))
     bob = server.client(server.create_user("bob"))
     run_id = send(alice, create_conversation(alice), "问一句")["run"]["id"]
     wait_for_status(alice, run_id, {"succeeded"})
     transactions: list[int] = []
+    statements: list[str] = []
 
     def record(_conn: Any) -> None:
         transactions.append(1)
 
+    def record_statement(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(" ".join(statement.split()))
+
     engine = server.services.database.engine.sync_engine
     sqlalchemy_event.listen(engine, "begin", record)
+    sqlalchemy_event.listen(engine, "before_cursor_execute", record_statement)
     try:
         replay = read_events(alice, run_id)
     finally:
         sqlalchemy_event.remove(engine, "begin", record)
+        sqlalchemy_event.remove(engine, "before_cursor_execute", record_statement)
     assert replay[0].type == "run_started" and replay[-1].type == "run_finished"
     assert len(transactions) == 1  # the token's user, the run and its events
+    reads = [statement for statement in statements if statement.startswith("SELECT")]
+    assert [read.split(" FROM ", 1)[1].split()[0] for read in reads] == ["runs", "run_events"], reads
+    assert "JOIN api_tokens" in reads[0]
     not_his = bob.get(f"/api/runs/{run_id}/events")
     assert not_his.status_code == 404 and not_his.json()["error"]["code"] == "not_found"
     nobody = server.client("cxp_not-a-valid-token")

@@ -16,6 +16,7 @@ from ctxpress.app.server.db.models import (
     RUN_QUEUED,
     RUN_RUNNING,
     RUN_WAITING_INPUT,
+    ApiToken,
     Conversation,
     Run,
     RunEvent,
@@ -26,6 +27,7 @@ from ctxpress.app.server.db.models import (
     utcnow,
 )
 from ctxpress.app.server.repositories.conversations import ConversationRepository
+from ctxpress.app.server.repositories.users import ACTIVE_TOKEN, active_token_parameters
 
 #: "compressing": a manual compression holds the conversation (S18), see `conversations.compressing_until`.
 BusyReason = Literal["running", "waiting_input", "queued", "compressing"]
@@ -73,6 +75,14 @@ _OWNED_RUN: Final = (
     select(Run)
     .join(Conversation, Conversation.id == Run.conversation_id)
     .where(Run.id == bindparam("run_id"), Conversation.owner_id == bindparam("owner_id"))
+)
+#: A run of a conversation that the user of an active token owns (`get_owned_by_token`: a stream's
+#: authentication and ownership check in one read).
+_RUN_OWNED_BY_TOKEN: Final = (
+    select(Run)
+    .join(Conversation, Conversation.id == Run.conversation_id)
+    .join(ApiToken, ApiToken.user_id == Conversation.owner_id)
+    .where(Run.id == bindparam("run_id"), ACTIVE_TOKEN)
 )
 #: The next queued run of a conversation (`head_of_queue`: read when a run finishes).
 _HEAD_OF_QUEUE: Final = (
@@ -128,6 +138,13 @@ class RunRepository:
             return None
         parameters = {"run_id": run_id, "owner_id": owner_id}
         return (await self.session.execute(_OWNED_RUN, parameters)).scalar_one_or_none()
+
+    async def get_owned_by_token(self, run_id: str, token_sha256: str) -> Run | None:
+        """The run, if its conversation belongs to the user of the active token with this digest."""
+        if not is_public_id(run_id):
+            return None
+        parameters = {"run_id": run_id, **active_token_parameters(token_sha256)}
+        return (await self.session.execute(_RUN_OWNED_BY_TOKEN, parameters)).scalar_one_or_none()
 
     async def previous(self, run: Run) -> Run | None:
         """The conversation's run queued right before `run`."""

@@ -96,7 +96,9 @@ async def run_events(
         cursor = max(cursor, position)
     # Authentication, the ownership check and the stream's first read in one transaction, before
     # the answer starts.
-    first = await services.events.first_read(run_id, cursor, caller=caller.user_in)
+    first = await services.events.first_read(
+        run_id, cursor, caller=caller.user_in, token_sha256=caller.token_sha256
+    )
     if first is None:
         raise NotFoundError("run not found")
     return run_event_stream(services, run_id, cursor, first=first)

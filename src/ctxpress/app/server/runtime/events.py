@@ -144,16 +144,27 @@ class EventLog:
                 del self._durable_listeners[run_id]
 
     async def first_read(
-        self, run_id: str, after: EventPosition, *, caller: Callable[[AsyncSession], Awaitable[User]]
+        self,
+        run_id: str,
+        after: EventPosition,
+        *,
+        caller: Callable[[AsyncSession], Awaitable[User]],
+        token_sha256: str | None = None,
     ) -> FirstRead | None:
         """The run, if the user `caller` authenticates in the read's session owns it, with its stored
         events after `after`: a stream's authentication, ownership check and first read in one
-        transaction (None: no such run of this user). Hand it to `follow` as `first`."""
+        transaction (None: no such run of this user). Hand it to `follow` as `first`.
+
+        `token_sha256` (the digest of the caller's token): usually the token is valid and the run
+        its user's, and one statement reads the run for it; otherwise `caller` answers (its 401)."""
         async with self.database.session() as session:
-            user = await caller(session)
-            run = await RunRepository(session).get_owned(run_id, user.id)
+            runs = RunRepository(session)
+            run = None if token_sha256 is None else await runs.get_owned_by_token(run_id, token_sha256)
             if run is None:
-                return None
+                user = await caller(session)
+                run = await runs.get_owned(run_id, user.id)
+                if run is None:
+                    return None
             return FirstRead(run, await self._events_after(session, run_id, after))
 
     async def follow(
