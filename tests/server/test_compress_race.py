@@ -75,15 +75,9 @@ class LockTrace:
     def wrap(self, original: Hold) -> Hold:
         @asynccontextmanager
         async def traced(
-            session: AsyncSession,
-            conversation_id: str,
-            *,
-            skip_locked: bool,
-            owner_token_sha256: str | None = None,
+            session: AsyncSession, conversation_id: str, *, skip_locked: bool
         ) -> AsyncIterator[LockedConversation | None]:
-            async with original(
-                session, conversation_id, skip_locked=skip_locked, owner_token_sha256=owner_token_sha256
-            ) as locked:
+            async with original(session, conversation_id, skip_locked=skip_locked) as locked:
                 if locked is None:
                     yield None
                     return

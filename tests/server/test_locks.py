@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 
 import pytest
 
 from ctxpress.app.server.db.engine import Database
-from ctxpress.app.server.db.models import RUN_QUEUED, RUN_RUNNING, RUN_WAITING_INPUT, utcnow
+from ctxpress.app.server.db.models import RUN_QUEUED, RUN_RUNNING, RUN_WAITING_INPUT
 from ctxpress.app.server.errors import NotFoundError
 from ctxpress.app.server.repositories.runs import BusyState, RunRepository
-from ctxpress.app.server.repositories.users import UserRepository
 from ctxpress.app.server.runtime.locks import conversation_lock, try_conversation_lock
-from ctxpress.app.server.usecases.auth import hash_token, new_token
 from ctxpress.app.testing.records import add_conversation
 
 HOLD_SECONDS = 0.3
@@ -55,47 +52,6 @@ async def test_try_lock_skips_a_held_conversation(database: Database) -> None:
         assert locked is None
     async with database.session() as session, try_conversation_lock(session, conversation_id) as locked:
         assert locked is not None and locked.conversation.id == conversation_id
-
-
-async def test_a_lock_taken_for_a_tokens_owner_is_taken_only_for_an_active_token_of_the_owner(
-    database: Database,
-) -> None:
-    """A message's intake authenticates its caller, checks the owner and takes the lock in one
-    statement (`owner_token_sha256`); every other token leaves the lock free and reads no owner."""
-    conversation_id = await add_conversation(database, owner="alice")
-    await add_conversation(database, owner="bob")
-    tokens = {label: new_token() for label in ("alice", "alice revoked", "alice expired", "bob")}
-    async with database.session() as session:
-        users = UserRepository(session)
-        alice, bob = await users.by_name("alice"), await users.by_name("bob")
-        assert alice is not None and bob is not None
-        past = utcnow() - timedelta(seconds=1)
-        await users.add_token(
-            alice, hash_token(tokens["alice"]), "active", expires_at=utcnow() + timedelta(hours=1)
-        )
-        (await users.add_token(alice, hash_token(tokens["alice revoked"]), "revoked")).revoked_at = past
-        await users.add_token(alice, hash_token(tokens["alice expired"]), "expired", expires_at=past)
-        await users.add_token(bob, hash_token(tokens["bob"]), "another user's")
-        await session.commit()
-
-    digest = hash_token(tokens["alice"])
-    async with (
-        database.session() as session,
-        try_conversation_lock(session, conversation_id, owner_token_sha256=digest) as locked,
-    ):
-        assert locked is not None and locked.owner is not None
-        assert (locked.owner.name, locked.conversation.id) == ("alice", conversation_id)
-        async with database.session() as other, try_conversation_lock(other, conversation_id) as second:
-            assert second is None, "the lock is held"
-    for label in ("alice revoked", "alice expired", "bob", "not stored"):
-        digest = hash_token(tokens.get(label, new_token()))
-        async with (
-            database.session() as session,
-            try_conversation_lock(session, conversation_id, owner_token_sha256=digest) as locked,
-        ):
-            assert locked is None, label
-    async with database.session() as session, try_conversation_lock(session, conversation_id) as free:
-        assert free is not None and free.owner is None, "nothing was left held"
 
 
 async def test_unknown_conversation_and_rollback_on_error(database: Database) -> None:

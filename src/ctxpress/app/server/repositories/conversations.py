@@ -8,8 +8,7 @@ from sqlalchemy import Select, String, Update, bindparam, case, or_, select, upd
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
-from ctxpress.app.server.db.models import ApiToken, Conversation, User, is_public_id, utcnow
-from ctxpress.app.server.repositories.users import ACTIVE_TOKEN, active_token_parameters
+from ctxpress.app.server.db.models import Conversation, is_public_id, utcnow
 
 
 def _conversation_for_lock(row_lock: bool, skip_locked: bool) -> Select[Conversation]:
@@ -19,17 +18,6 @@ def _conversation_for_lock(row_lock: bool, skip_locked: bool) -> Select[Conversa
         .execution_options(populate_existing=True)
     )
     return query.with_for_update(skip_locked=skip_locked) if row_lock else query
-
-
-def _owned_conversation_for_lock(row_lock: bool, skip_locked: bool) -> Select[Conversation, User]:
-    query = (
-        select(Conversation, User)
-        .join(User, User.id == Conversation.owner_id)
-        .join(ApiToken, ApiToken.user_id == User.id)
-        .where(Conversation.id == bindparam("conversation_id"), ACTIVE_TOKEN)
-        .execution_options(populate_existing=True)
-    )
-    return query.with_for_update(of=Conversation, skip_locked=skip_locked) if row_lock else query
 
 
 def _take_queue_seq(naming: bool) -> Update:
@@ -49,17 +37,10 @@ def _take_queue_seq(naming: bool) -> Update:
 
 
 # Statements every message and run step executes, built once (building one costs about as much as
-# running it on SQLite): `read_for_lock`'s and `read_owned_for_lock`'s by (row_lock, skip_locked),
-# `take_queue_seq`'s by whether it also names an untitled conversation.
+# running it on SQLite): `read_for_lock`'s by (row_lock, skip_locked), `take_queue_seq`'s by
+# whether it also names an untitled conversation.
 _READ_FOR_LOCK: Final = MappingProxyType(
     {(lock, skip): _conversation_for_lock(lock, skip) for lock in (False, True) for skip in (False, True)}
-)
-_OWNED_FOR_LOCK: Final = MappingProxyType(
-    {
-        (lock, skip): _owned_conversation_for_lock(lock, skip)
-        for lock in (False, True)
-        for skip in (False, True)
-    }
 )
 _TAKE_QUEUE_SEQ: Final = (_take_queue_seq(False), _take_queue_seq(True))
 
@@ -86,17 +67,6 @@ class ConversationRepository:
         """
         query = _READ_FOR_LOCK[row_lock, skip_locked]
         return (await self.session.execute(query, {"conversation_id": conversation_id})).scalar_one_or_none()
-
-    async def read_owned_for_lock(
-        self, conversation_id: str, token_sha256: str, *, row_lock: bool, skip_locked: bool
-    ) -> tuple[Conversation, User] | None:
-        """`read_for_lock`, only when the conversation belongs to the user of an active token with
-        this digest, read with that user in the same statement (PostgreSQL locks only the
-        conversation's row). None as well when the token or the owner is not."""
-        query = _OWNED_FOR_LOCK[row_lock, skip_locked]
-        parameters = {"conversation_id": conversation_id, **active_token_parameters(token_sha256)}
-        row = (await self.session.execute(query, parameters)).first()
-        return None if row is None else (row[0], row[1])
 
     async def claim_compression(
         self, conversation_id: str, *, now: datetime, until: datetime, force: bool = False

@@ -36,20 +36,18 @@ from typing import Final
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ctxpress.app.server.db.engine import Database
-from ctxpress.app.server.db.models import Conversation, User, utcnow
+from ctxpress.app.server.db.models import Conversation, utcnow
 from ctxpress.app.server.errors import NotFoundError, ThreadBusyError
 from ctxpress.app.server.repositories.conversations import ConversationRepository
 from ctxpress.app.server.repositories.runs import BusyState, RunRepository
 
 
 class LockedConversation:
-    """A conversation whose lock the current session holds (`owner`: its owner, when the lock was
-    taken for the owner of a token, `try_conversation_lock(owner_token_sha256=…)`)."""
+    """A conversation whose lock the current session holds."""
 
-    def __init__(self, session: AsyncSession, conversation: Conversation, owner: User | None = None) -> None:
+    def __init__(self, session: AsyncSession, conversation: Conversation) -> None:
         self.session = session
         self.conversation = conversation
-        self.owner = owner
 
     async def busy_state(self) -> BusyState | None:
         """Why the conversation is busy ("running" | "waiting_input" | "queued"), or None when idle."""
@@ -130,16 +128,10 @@ def compressing_refusal() -> ThreadBusyError:
 
 @asynccontextmanager
 async def try_conversation_lock(
-    session: AsyncSession, conversation_id: str, *, owner_token_sha256: str | None = None
+    session: AsyncSession, conversation_id: str
 ) -> AsyncIterator[LockedConversation | None]:
-    """Take the lock only if nobody holds it; yields None otherwise (or when the conversation is gone).
-
-    `owner_token_sha256`: only for the owner of the active token with this digest, who is read in
-    the same statement (`locked.owner`); None as well when the token is not active or its user
-    does not own the conversation. A message's intake authenticates its caller this way."""
-    async with _hold(
-        session, conversation_id, skip_locked=True, owner_token_sha256=owner_token_sha256
-    ) as locked:
+    """Take the lock only if nobody holds it; yields None otherwise (or when the conversation is gone)."""
+    async with _hold(session, conversation_id, skip_locked=True) as locked:
         yield locked
 
 
@@ -172,7 +164,7 @@ async def try_second_conversation_lock(
 
 @asynccontextmanager
 async def _hold(
-    session: AsyncSession, conversation_id: str, *, skip_locked: bool, owner_token_sha256: str | None = None
+    session: AsyncSession, conversation_id: str, *, skip_locked: bool
 ) -> AsyncIterator[LockedConversation | None]:
     database = Database.of(session)
     local_lock: asyncio.Lock | None = None
@@ -183,23 +175,15 @@ async def _hold(
             return
         await local_lock.acquire()
     try:
-        conversations, row_lock = ConversationRepository(session), database.backend == "postgresql"
-        owner: User | None = None
-        if owner_token_sha256 is None:
-            conversation = await conversations.read_for_lock(
-                conversation_id, row_lock=row_lock, skip_locked=skip_locked
-            )
-        else:
-            owned = await conversations.read_owned_for_lock(
-                conversation_id, owner_token_sha256, row_lock=row_lock, skip_locked=skip_locked
-            )
-            conversation, owner = owned or (None, None)
+        conversation = await ConversationRepository(session).read_for_lock(
+            conversation_id, row_lock=database.backend == "postgresql", skip_locked=skip_locked
+        )
         if conversation is None:
             await session.rollback()
             yield None
             return
         try:
-            yield LockedConversation(session, conversation, owner)
+            yield LockedConversation(session, conversation)
         except BaseException:
             await session.rollback()
             raise

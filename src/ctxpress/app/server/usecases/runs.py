@@ -114,19 +114,6 @@ class RunService:
     async def _store(self, caller: Caller, conversation_id: str, text: str, slot: _SlotReservation) -> Intake:
         """The intake's transaction (when the lock is held: a look, then the wait for it)."""
         async with self.database.session() as session:
-            token_sha256 = caller.token_sha256
-            if token_sha256 and len(text) <= self.max_input_chars and is_public_id(conversation_id):
-                # Usually the token is valid, the conversation the caller's and its lock free: one
-                # statement authenticates, checks the owner and takes the lock.
-                async with try_conversation_lock(
-                    session, conversation_id, owner_token_sha256=token_sha256
-                ) as owned:
-                    if owned is not None and owned.owner is not None:
-                        session.expunge(owned.owner)  # a value, as `Caller.user_in` gives it
-                        self._check_size(owned.conversation.agent_name, text)
-                        return await self._accept(owned, owned.owner, text, slot)
-            # Else the steps one by one, each refusal with its own answer (401, 413, 404), or the
-            # lock is held.
             user = await caller.user_in(session)
             if len(text) > self.max_input_chars:
                 raise InputTooLongError(f"input is longer than {self.max_input_chars} characters")
