@@ -82,15 +82,19 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+def token_digest(token: str) -> str | None:
+    """The digest a token of ours is stored under; None for a string that is not one."""
+    return hash_token(token) if token.startswith(TOKEN_PREFIX) else None
+
+
 def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
 async def user_of_token(session: AsyncSession, token: str) -> User | None:
     """The active token's user (a revoked or expired token has none), read in `session`."""
-    if not token.startswith(TOKEN_PREFIX):
-        return None
-    return await UserRepository(session).by_token_digest(hash_token(token))
+    digest = token_digest(token)
+    return None if digest is None else await UserRepository(session).by_token_digest(digest)
 
 
 @dataclass(frozen=True)
@@ -105,8 +109,8 @@ class Caller:
 
     @property
     def token_sha256(self) -> str | None:
-        """The digest an active token of the caller is stored under (None: not one of ours)."""
-        return hash_token(self.token) if self.token.startswith(TOKEN_PREFIX) else None
+        """The digest the caller's token is stored under (None: not one of ours)."""
+        return token_digest(self.token)
 
     async def user_in(self, session: AsyncSession) -> User:
         """The token's user, read in `session`; 401 (and a failure counted) when there is none."""
