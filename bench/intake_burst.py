@@ -15,7 +15,8 @@ to first event when that many messages arrive at once at one process.
 
 `--one-by-one N`: the intake alone, without HTTP -- `RunService.submit` called N times one after
 another on the event loop of a service in this process (its one slot held by a long run), each
-message to a conversation of its own; reported: the event loop thread's CPU per intake.
+message to a conversation of its own; reported: the process's CPU per intake (every thread: the
+event loop's and the database driver's).
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ def run(backend: str, scratch: Path) -> list[Burst]:
 
 
 def one_by_one(backend: str, scratch: Path, count: int) -> float:
-    """CPU ms of the event loop's thread per `RunService.submit`, `count` of them one after another."""
+    """CPU ms of the process (all its threads) per `RunService.submit`, `count` of them one after another."""
     agent = paced_agent()
     assert isinstance(agent.model.model, PacedTokenModel)
     # The slot's holder, streaming all along, slowly (its own CPU is counted too).
@@ -172,10 +173,10 @@ def one_by_one(backend: str, scratch: Path, count: int) -> float:
             caller = Caller(token=token, address="127.0.0.1", throttle=services.auth_throttle)
 
             async def intakes() -> float:
-                started = time.thread_time()
+                started = time.process_time()
                 for conversation_id in conversations[1:]:
                     await services.runs.submit(caller, conversation_id, "你好")
-                return (time.thread_time() - started) * 1e3 / count
+                return (time.process_time() - started) * 1e3 / count
 
             return server.call(intakes(), timeout=600)
         finally:

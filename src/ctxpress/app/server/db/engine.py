@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from sqlalchemy import event
@@ -12,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 
 from ctxpress.app.server.db.liveness import CheckoutLiveness
+from ctxpress.app.server.db.sqlite_connection import connect_in_loop
 from ctxpress.app.server.db.sqlite_writers import SqliteWriterTurns
 from ctxpress.app.server.settings import CONNECTION_POOL_SIZE, Backend, DatabaseTarget
 
@@ -90,9 +92,15 @@ class Database:
 
 def _create_engine(target: DatabaseTarget, pool_size: int) -> AsyncEngine:
     if target.backend == "sqlite":
+        # Statements run on the event loop's thread, waits for a lock on the connection's own
+        # (`sqlite_connection.py`).
         engine = create_async_engine(
             target.sqlalchemy_url,
-            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS},
+            async_creator=partial(
+                connect_in_loop,
+                str(target.sqlalchemy_url.database),
+                busy_timeout_seconds=SQLITE_BUSY_TIMEOUT_SECONDS,
+            ),
             pool_size=pool_size,
             max_overflow=0,
         )
@@ -119,7 +127,6 @@ def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
         # WAL: readers never block the writer, so SSE replays and state reads run beside a run.
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_SECONDS * 1000}")
         cursor.execute("PRAGMA synchronous=NORMAL")
     finally:
         cursor.close()

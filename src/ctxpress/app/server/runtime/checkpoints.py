@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -51,7 +50,9 @@ from psycopg import AsyncCursor
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from ctxpress.app.server.db.engine import SQLITE_BUSY_TIMEOUT_SECONDS
 from ctxpress.app.server.db.liveness import CheckoutLiveness
+from ctxpress.app.server.db.sqlite_connection import connect_in_loop
 from ctxpress.app.server.repositories.checkpoint_rows import SqliteCheckpointRows
 from ctxpress.app.server.runtime.checkpoint_serde import CheckpointSerializer
 from ctxpress.app.server.settings import DatabaseTarget
@@ -341,7 +342,10 @@ async def open_checkpointer(
     """Open the checkpointer; the caller runs `setup()` (under the schema lock on PostgreSQL)."""
     if target.backend == "sqlite":
         Path(target.checkpoint_target).parent.mkdir(parents=True, exist_ok=True)
-        async with aiosqlite.connect(target.checkpoint_target) as conn:  # as `from_conn_string` does
+        # As `from_conn_string` does, with statements run on the event loop's thread.
+        async with connect_in_loop(
+            target.checkpoint_target, busy_timeout_seconds=SQLITE_BUSY_TIMEOUT_SECONDS
+        ) as conn:
             await SqliteCheckpointRows(conn).prepare_file(journal_size_limit=SQLITE_JOURNAL_SIZE_LIMIT)
             yield ServiceSqliteSaver(conn, serde=CheckpointSerializer())
         return
