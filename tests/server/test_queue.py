@@ -7,11 +7,13 @@ import contextlib
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from sqlalchemy import inspect, update
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
+from ctxpress.app.server.app import create_app
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import RUN_RUNNING, Conversation, Run, table_of, utcnow
 from ctxpress.app.server.repositories.conversations import ConversationRepository
@@ -20,11 +22,12 @@ from ctxpress.app.server.runtime.intake_activity import IntakeActivity
 from ctxpress.app.server.runtime.locks import conversation_lock
 from ctxpress.app.server.runtime.worker import RunWorker
 from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
+from ctxpress.app.testing.live_server import LiveServer
 from ctxpress.app.testing.records import add_conversation, query_sql
 from tests.cancellation import cancel_after
 from tests.fakes import ScriptedChatModel
 
-from .conftest import ServerFactory
+from .conftest import ServerFactory, SettingsFactory
 from .fakes import echo_script
 from .transactions import watch_transactions
 
@@ -346,3 +349,94 @@ async def test_the_wait_for_intakes_is_bounded() -> None:
     with intake.accepting():
         assert await intake.quiet() is False  # the bound, not the end of the intake
     assert await intake.quiet() is True
+
+
+def test_a_started_run_lets_a_request_waiting_for_its_answer_go_first(make_settings: SettingsFactory) -> None:
+    """Not only intakes: any HTTP request counts until its response starts (`RequestActivityMiddleware`)
+    -- above all the stream a client opens right after `POST …/runs` answers. The bound is lifted to
+    see the order."""
+    model = ScriptedChatModel(script=echo_script)
+    app = create_app(
+        make_settings(),
+        agents=[AgentDefinition(name="echo", model=ModelSpec(model=model), tools=(), capabilities=())],
+    )
+    slow_request_began, slow_request_may_answer = threading.Event(), threading.Event()
+
+    async def slow() -> dict[str, bool]:
+        slow_request_began.set()
+        await asyncio.to_thread(slow_request_may_answer.wait)
+        return {"answered": True}
+
+    app.add_api_route("/test/slow", slow)
+    server = LiveServer(app).start()
+    try:
+        server.services.runs.intake.run_start_yield_seconds = 60.0
+        alice = server.client(server.create_user("alice"))
+        conversation_id = create_conversation(alice)
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(alice.get, "/test/slow")
+            assert slow_request_began.wait(5)
+            accepted = send(alice, conversation_id, "你好")
+            assert accepted["started"] is True
+            time.sleep(0.3)  # long enough for a run that does not wait to call its model
+            assert model.calls == []
+            slow_request_may_answer.set()
+            assert answer.result(5).json() == {"answered": True}
+        assert wait_for_status(alice, accepted["run"]["id"], {"succeeded"})["status"] == "succeeded"
+        assert len(model.calls) == 1
+    finally:
+        slow_request_may_answer.set()
+        server.stop()
+
+
+async def test_the_wait_ends_once_no_request_has_waited_for_the_settle_time() -> None:
+    """A burst's requests come a few milliseconds apart: a gap between two of them is not its end."""
+    activity = IntakeActivity(run_start_yield_seconds=5.0, settle_seconds=0.3)
+    activity.begin()
+    activity.end()
+    waiting = asyncio.create_task(activity.quiet())
+    await asyncio.sleep(0.1)
+    assert not waiting.done(), "a request ended 0.1 s ago: the burst may go on"
+    activity.begin()  # the next request of the burst
+    await asyncio.sleep(0.1)
+    activity.end()
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    assert await waiting is True  # 0.3 s after the last request ended
+
+
+def test_a_run_cancelled_while_it_lets_requests_go_first_ends_cancelled(start_server: ServerFactory) -> None:
+    """A cancel can reach a run before its first step, while it waits for the requests in progress
+    (`intake_activity`): it ends `cancelled` then and there, not `failed` once its lease runs out."""
+    model = ScriptedChatModel(script=echo_script)
+    server = start_server(
+        agents=[AgentDefinition(name="echo", model=ModelSpec(model=model), tools=(), capabilities=())]
+    )
+    intake = server.services.runs.intake
+    intake.run_start_yield_seconds = 60.0
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+    other_intake_began, other_intake_may_end = threading.Event(), threading.Event()
+
+    async def another_intake_in_progress() -> None:
+        with intake.accepting():
+            other_intake_began.set()
+            await asyncio.to_thread(other_intake_may_end.wait)
+
+    assert server.loop is not None
+    holding = asyncio.run_coroutine_threadsafe(another_intake_in_progress(), server.loop)
+    try:
+        assert other_intake_began.wait(5)
+        accepted = send(alice, conversation_id, "你好")
+        assert alice.post(f"/api/runs/{accepted['run']['id']}/cancel").status_code == 200
+        finished = wait_for_status(alice, accepted["run"]["id"], {"cancelled", "failed", "succeeded"})
+        assert finished["status"] == "cancelled"
+        assert read_events(alice, accepted["run"]["id"])[-1].data == {"status": "cancelled", "error": None}
+    finally:
+        other_intake_may_end.set()
+        holding.result(5)
+    assert model.calls == []
+    # The conversation is free again: the next message runs.
+    assert wait_for_status(alice, send(alice, conversation_id, "再来")["run"]["id"], {"succeeded"})[
+        "status"
+    ] == ("succeeded")

@@ -64,6 +64,7 @@ def create_app(
     app.include_router(web.router)  # the page: / and /static/
     _install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=resolved.max_body_bytes)
+    app.add_middleware(RequestActivityMiddleware)
     app.state.settings = resolved  # what serves it reads its HTTP settings here (`http_serving`)
     return app
 
@@ -107,6 +108,36 @@ def _validation_failure(exc: RequestValidationError) -> ServiceError:
         for error in errors
     ]
     return RequestValidationFailedError("the request is not valid", details=details)
+
+
+class RequestActivityMiddleware:
+    """Counts each HTTP request as activity until its response starts, so that runs about to
+    start let it go first (`runtime/intake_activity.py`)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        services = getattr(scope["app"].state, "services", None) if scope["type"] == "http" else None
+        if services is None:  # lifespan, or no services (yet)
+            await self.app(scope, receive, send)
+            return
+        activity = services.runs.intake
+        activity.begin()
+        answered = False
+
+        async def send_noting_the_answer(message: Message) -> None:
+            nonlocal answered
+            if not answered and message["type"] == "http.response.start":
+                answered = True
+                activity.end()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_noting_the_answer)
+        finally:
+            if not answered:
+                activity.end()
 
 
 class BodySizeLimitMiddleware:

@@ -129,6 +129,14 @@ def run_started_data(run: Run, runtime: AgentRuntime | None) -> dict[str, Any]:
     }
 
 
+def _stopped_outcome(active: ActiveRun) -> Outcome:
+    """How a run the worker stopped ends: `cancelled` on request, `failed` when the service stops
+    (a lost lease changes no status and never gets here)."""
+    if active.stop_reason == "cancelled":
+        return Outcome(RUN_CANCELLED)
+    return Outcome(RUN_FAILED, SERVICE_STOPPED_ERROR)
+
+
 class RunExecutor:
     def __init__(
         self,
@@ -163,9 +171,7 @@ class RunExecutor:
 
     async def _execute(self, active: ActiveRun, hand_over: SlotHandOver | None) -> None:
         # Messages arriving together are answered before runs take the event loop (`intake_activity`).
-        yield_started = time.monotonic()
-        await self.intake.quiet()
-        self.metrics.run_start_yield.observe(time.monotonic() - yield_started)
+        stopped_before_start = await self._let_requests_go_first(active)
         run: Run | None
         if active.claimed is not None:
             # A queued run (its stream open for a while): one read transaction less per turn.
@@ -180,6 +186,12 @@ class RunExecutor:
                 # earlier ones): the deltas to come are positioned after the newest.
                 newest_event_id = await RunEventRepository(session).newest_id(active.run_id)
         if run is None or run.status != RUN_RUNNING or run.lease_owner != self.worker_id:
+            return
+        if stopped_before_start:
+            if active.stop_reason == "lease_lost":
+                logger.warning("run %s: lease lost to another worker before its first step", run.id)
+                return
+            await self._finish_storing(run, _stopped_outcome(active), Leftovers(), hand_over)
             return
         runtime = self.agents.get(run.agent_name)
         if runtime is None:
@@ -228,20 +240,35 @@ class RunExecutor:
                     "run %s: lease lost to another worker; stopped without a status change", run.id
                 )
                 return
-            if active.stop_reason == "cancelled":
-                outcome = Outcome(RUN_CANCELLED)
+            outcome = _stopped_outcome(active)
+            if outcome.status == RUN_CANCELLED:
                 try:
                     await self._keep_partial(run, runtime, partial)
                 except Exception:
                     logger.exception("run %s: the stopped reply could not be kept", run.id)
-            else:
-                outcome = Outcome(RUN_FAILED, SERVICE_STOPPED_ERROR)
         except Exception as exc:
             logger.exception("run %s failed", run.id)
             outcome = Outcome(RUN_FAILED, _describe_error(exc))
         # What the run has not stored yet: its last step (`_may_end_the_run`), pressure waiting for
         # a step, usage of calls whose step never came.
         await self._finish_storing(run, outcome, Leftovers(list(waiting), collector.drain()), hand_over)
+
+    async def _let_requests_go_first(self, active: ActiveRun) -> bool:
+        """Wait for the requests in progress (`IntakeActivity.quiet`); True when the worker stopped
+        the run meanwhile (a cancel, a lost lease, the service stopping): it is then finished without
+        a step, as one stopped during a step is."""
+        yield_started = time.monotonic()
+        try:
+            await self.intake.quiet()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if active.stop_reason is None or task is None:
+                raise  # not the worker's stop
+            task.uncancel()
+            return True
+        finally:
+            self.metrics.run_start_yield.observe(time.monotonic() - yield_started)
+        return False
 
     async def _stream(
         self,

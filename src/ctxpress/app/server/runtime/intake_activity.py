@@ -1,4 +1,4 @@
-"""Messages being accepted right now, so that runs can let them go first.
+"""Messages being accepted and requests being answered right now, so that runs can let them go first.
 
 Accepting a message (S18's intake: authenticate, lock, store, answer with the stream's first event)
 takes a few milliseconds of the event loop; a run's steps take it for longer. When many messages
@@ -9,12 +9,23 @@ message is being accepted -- for a bounded time, so a steady stream of messages 
 most that bound. Short work first: the total work is the same, only its order changes. For the same
 reason, on SQLite an intake's transaction takes the process's writer turn before the runs' waiting
 transactions (`db/sqlite_writers.writes_first`).
+
+Every HTTP request counts until its response starts (`answering`, from `app.py`), the streams
+above all: a client opens its run's stream right after `POST …/runs` answers. Counting only the
+intakes was not enough once they got cheap: with SQLite's statements run in place
+(`db/sqlite_connection.py`) an intake is often over before the next request is read, the runs
+started in those gaps, and a hundred of them took the loop from the streams their clients were
+opening (`bench/streaming_load.py` on SQLite: streams opened about 1.2 s after their `POST`
+instead of 0.6 s, the delivery lag p95 went from 71-234 ms to about 1 s). A burst is over once
+no request has been waiting for `settle_seconds`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import time
 from collections.abc import Iterator
 from typing import Final
 
@@ -22,39 +33,68 @@ from ctxpress.app.server.db.sqlite_writers import writes_first
 
 #: The longest a run's first step waits for intakes in progress (seconds).
 RUN_START_YIELD_SECONDS: Final = 0.25
+#: How long no request must have been waiting before a burst counts as over (seconds): above the
+#: gap between two requests of a burst (each a few milliseconds), far below a turn.
+SETTLE_SECONDS: Final = 0.02
 
 
 class IntakeActivity:
     """How many messages this process is accepting; owned by the service's container."""
 
-    def __init__(self, *, run_start_yield_seconds: float = RUN_START_YIELD_SECONDS) -> None:
-        #: The longest a run's first step waits for the intakes in progress.
+    def __init__(
+        self,
+        *,
+        run_start_yield_seconds: float = RUN_START_YIELD_SECONDS,
+        settle_seconds: float = SETTLE_SECONDS,
+    ) -> None:
+        #: The longest a run's first step waits for the intakes and requests in progress.
         self.run_start_yield_seconds = run_start_yield_seconds
+        #: How long after the last request got its answer a burst counts as over.
+        self.settle_seconds = settle_seconds
         self._accepting = 0
+        #: `time.monotonic()` when the last intake or request ended (None: none yet).
+        self._last_ended = -math.inf
         self._quiet = asyncio.Event()
         self._quiet.set()
 
     @contextlib.contextmanager
     def accepting(self) -> Iterator[None]:
         """Around one message's intake (in its task)."""
-        self._accepting += 1
-        self._quiet.clear()
+        self.begin()
         try:
             with writes_first():
                 yield
         finally:
-            self._accepting -= 1
-            if self._accepting == 0:
-                self._quiet.set()
+            self.end()
+
+    def begin(self) -> None:
+        """A request (or an intake) begins: until `end`, runs about to start wait."""
+        self._accepting += 1
+        self._quiet.clear()
+
+    def end(self) -> None:
+        """The request begun with `begin` has its answer (its response started)."""
+        self._accepting -= 1
+        self._last_ended = time.monotonic()
+        if self._accepting == 0:
+            self._quiet.set()
+
+    def _unsettled_for(self) -> float:
+        """Seconds until `settle_seconds` have passed since the last request ended (0: settled)."""
+        return max(0.0, self._last_ended + self.settle_seconds - time.monotonic())
 
     async def quiet(self) -> bool:
-        """Wait until no message is being accepted, at most `run_start_yield_seconds`; False when
-        the bound ended the wait."""
-        if self._quiet.is_set():
+        """Wait until no request or intake has been in progress for `settle_seconds`, at most
+        `run_start_yield_seconds`; False when the bound ended the wait."""
+        if self._quiet.is_set() and not self._unsettled_for():
             return True
         try:
             async with asyncio.timeout(self.run_start_yield_seconds):
-                await self._quiet.wait()
+                while True:
+                    await self._quiet.wait()
+                    pause = self._unsettled_for()
+                    if not pause:
+                        return True
+                    await asyncio.sleep(pause)
         except TimeoutError:
             return False
-        return True
