@@ -394,6 +394,10 @@ async def test_the_wait_ends_once_no_request_has_waited_for_the_settle_time() ->
     activity = IntakeActivity(run_start_yield_seconds=5.0, settle_seconds=0.3)
     activity.begin()
     activity.end()
+    assert await activity.quiet() is True  # one request on its own: nobody waits once it is answered
+    assert activity._unsettled_for() == 0
+    activity.begin()  # a second one right after: a burst
+    activity.end()
     waiting = asyncio.create_task(activity.quiet())
     await asyncio.sleep(0.1)
     assert not waiting.done(), "a request ended 0.1 s ago: the burst may go on"

@@ -4,9 +4,10 @@ aiosqlite runs every call of a connection -- open a cursor, execute, fetch, clos
 the connection's own and hands each result back to the event loop: a queue, a thread wake-up and a
 loop wake-up per call, about four per statement. SQLite answers the service's statements (indexed,
 bounded reads and small writes, from the page cache) in microseconds, far less than those
-hand-offs: an indexed read through SQLAlchemy's async session cost about 450 µs of CPU with them
-and about 60 µs run in place, and accepting a message cost 4.9-5.2 ms of the process's CPU with
-them, 3.1-3.4 ms without (`bench/intake_burst.py --one-by-one`; docs/benchmarks.md).
+hand-offs when the loop has nothing else to do: accepting one message at a time cost 4.9-5.5 ms
+of the process's CPU with them and 3.1-4.0 ms without (`bench/intake_burst.py --one-by-one`). Under
+load, with the loop awake anyway, a hand-off costs less, and the CPU per turn of the
+50-conversation load barely moved (docs/benchmarks.md).
 
 `LoopSqliteConnection` is an aiosqlite connection that runs its calls in place. What may wait
 still runs on the connection's thread:

@@ -16,8 +16,9 @@ intakes was not enough once they got cheap: with SQLite's statements run in plac
 (`db/sqlite_connection.py`) an intake is often over before the next request is read, the runs
 started in those gaps, and a hundred of them took the loop from the streams their clients were
 opening (`bench/streaming_load.py` on SQLite: streams opened about 1.2 s after their `POST`
-instead of 0.6 s, the delivery lag p95 went from 71-234 ms to about 1 s). A burst is over once
-no request has been waiting for `settle_seconds`.
+instead of 0.6 s, the delivery lag p95 went from 71-234 ms to about 1 s). A burst -- requests
+that overlap or follow each other within `settle_seconds` -- is over once no request has been
+waiting for `settle_seconds`; a request on its own makes nobody wait once it has its answer.
 """
 
 from __future__ import annotations
@@ -52,8 +53,12 @@ class IntakeActivity:
         #: How long after the last request got its answer a burst counts as over.
         self.settle_seconds = settle_seconds
         self._accepting = 0
-        #: `time.monotonic()` when the last intake or request ended (None: none yet).
+        #: `time.monotonic()` when the last intake or request ended.
         self._last_ended = -math.inf
+        #: Whether the requests since the last settled moment came as a burst.
+        self._in_burst = False
+        #: `time.monotonic()` from which the current burst counts as over.
+        self._settled_at = -math.inf
         self._quiet = asyncio.Event()
         self._quiet.set()
 
@@ -69,6 +74,8 @@ class IntakeActivity:
 
     def begin(self) -> None:
         """A request (or an intake) begins: until `end`, runs about to start wait."""
+        if self._accepting or time.monotonic() - self._last_ended < self.settle_seconds:
+            self._in_burst = True  # it overlaps another request, or closely follows one
         self._accepting += 1
         self._quiet.clear()
 
@@ -76,12 +83,18 @@ class IntakeActivity:
         """The request begun with `begin` has its answer (its response started)."""
         self._accepting -= 1
         self._last_ended = time.monotonic()
+        if self._in_burst:
+            self._settled_at = self._last_ended + self.settle_seconds
         if self._accepting == 0:
             self._quiet.set()
 
     def _unsettled_for(self) -> float:
-        """Seconds until `settle_seconds` have passed since the last request ended (0: settled)."""
-        return max(0.0, self._last_ended + self.settle_seconds - time.monotonic())
+        """Seconds until the current burst counts as over (0: no burst, or it is over)."""
+        left = self._settled_at - time.monotonic()
+        if left <= 0:
+            self._in_burst = False
+            return 0.0
+        return left
 
     async def quiet(self) -> bool:
         """Wait until no request or intake has been in progress for `settle_seconds`, at most
