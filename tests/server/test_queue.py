@@ -6,10 +6,11 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
+import httpx
 from sqlalchemy import inspect, update
 
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
@@ -310,35 +311,50 @@ async def test_a_new_run_is_in_the_session_as_the_row_the_database_holds(databas
         }
 
 
-def test_a_started_run_lets_the_messages_being_accepted_go_first(start_server: ServerFactory) -> None:
-    """A run's first step waits while this process is accepting other messages (`intake_activity`):
-    their answers come first. The wait is bounded; here the bound is lifted to see the order."""
+def echo_conversation(
+    start_server: ServerFactory,
+) -> tuple[LiveServer, ScriptedChatModel, httpx.Client, str]:
+    """A server with one echo agent (its model, to see its calls), alice's client and a conversation."""
     model = ScriptedChatModel(script=echo_script)
     server = start_server(
         agents=[AgentDefinition(name="echo", model=ModelSpec(model=model), tools=(), capabilities=())]
     )
+    alice = server.client(server.create_user("alice"))
+    return server, model, alice, create_conversation(alice)
+
+
+@contextlib.contextmanager
+def another_intake_in_progress(server: LiveServer) -> Iterator[None]:
+    """Inside the block the server is accepting another message, and a run's first step waits for
+    it with no bound (`intake_activity`); the intake ends with the block."""
     intake = server.services.runs.intake
     intake.run_start_yield_seconds = 60.0
-    alice = server.client(server.create_user("alice"))
-    conversation_id = create_conversation(alice)
-    other_intake_began, other_intake_may_end = threading.Event(), threading.Event()
+    began, may_end = threading.Event(), threading.Event()
 
-    async def another_intake_in_progress() -> None:
+    async def hold() -> None:
         with intake.accepting():
-            other_intake_began.set()
-            await asyncio.to_thread(other_intake_may_end.wait)
+            began.set()
+            await asyncio.to_thread(may_end.wait)
 
     assert server.loop is not None
-    holding = asyncio.run_coroutine_threadsafe(another_intake_in_progress(), server.loop)
+    holding = asyncio.run_coroutine_threadsafe(hold(), server.loop)
     try:
-        assert other_intake_began.wait(5)
+        assert began.wait(5)
+        yield
+    finally:
+        may_end.set()
+        holding.result(5)
+
+
+def test_a_started_run_lets_the_messages_being_accepted_go_first(start_server: ServerFactory) -> None:
+    """A run's first step waits while this process is accepting other messages (`intake_activity`):
+    their answers come first. The wait is bounded; here the bound is lifted to see the order."""
+    server, model, alice, conversation_id = echo_conversation(start_server)
+    with another_intake_in_progress(server):
         accepted = send(alice, conversation_id, "你好")
         assert accepted["started"] is True and accepted["run"]["status"] == "running"
         time.sleep(0.3)  # long enough for a run that does not wait to call its model
         assert model.calls == []
-    finally:
-        other_intake_may_end.set()
-        holding.result(5)
     assert wait_for_status(alice, accepted["run"]["id"], {"succeeded"})["status"] == "succeeded"
     assert len(model.calls) == 1
 
@@ -412,35 +428,32 @@ async def test_the_wait_ends_once_no_request_has_waited_for_the_settle_time() ->
 def test_a_run_cancelled_while_it_lets_requests_go_first_ends_cancelled(start_server: ServerFactory) -> None:
     """A cancel can reach a run before its first step, while it waits for the requests in progress
     (`intake_activity`): it ends `cancelled` then and there, not `failed` once its lease runs out."""
-    model = ScriptedChatModel(script=echo_script)
-    server = start_server(
-        agents=[AgentDefinition(name="echo", model=ModelSpec(model=model), tools=(), capabilities=())]
-    )
-    intake = server.services.runs.intake
-    intake.run_start_yield_seconds = 60.0
-    alice = server.client(server.create_user("alice"))
-    conversation_id = create_conversation(alice)
-    other_intake_began, other_intake_may_end = threading.Event(), threading.Event()
-
-    async def another_intake_in_progress() -> None:
-        with intake.accepting():
-            other_intake_began.set()
-            await asyncio.to_thread(other_intake_may_end.wait)
-
-    assert server.loop is not None
-    holding = asyncio.run_coroutine_threadsafe(another_intake_in_progress(), server.loop)
-    try:
-        assert other_intake_began.wait(5)
+    server, model, alice, conversation_id = echo_conversation(start_server)
+    with another_intake_in_progress(server):
         accepted = send(alice, conversation_id, "你好")
         assert alice.post(f"/api/runs/{accepted['run']['id']}/cancel").status_code == 200
         finished = wait_for_status(alice, accepted["run"]["id"], {"cancelled", "failed", "succeeded"})
         assert finished["status"] == "cancelled"
         assert read_events(alice, accepted["run"]["id"])[-1].data == {"status": "cancelled", "error": None}
-    finally:
-        other_intake_may_end.set()
-        holding.result(5)
     assert model.calls == []
     # The conversation is free again: the next message runs.
     assert wait_for_status(alice, send(alice, conversation_id, "再来")["run"]["id"], {"succeeded"})[
         "status"
     ] == ("succeeded")
+
+
+async def test_a_message_on_its_own_makes_no_run_wait_once_answered() -> None:
+    """Its request and the intake inside it are one activity, not two that overlap (a burst)."""
+    activity = IntakeActivity(run_start_yield_seconds=0.5, settle_seconds=60.0)
+    with activity.request_in_progress() as answered:
+        with activity.accepting():  # the intake inside the request
+            pass
+        answered()
+    assert await activity.quiet() is True, "no burst: the run it started need not wait"
+    # Two intakes outside any request (the tests' stand-in for two messages) right after each
+    # other are a burst: the run waits for the settle time, here past its bound.
+    with activity.accepting():
+        pass
+    with activity.accepting():
+        pass
+    assert await activity.quiet() is False

@@ -122,22 +122,14 @@ class RequestActivityMiddleware:
         if services is None:  # lifespan, or no services (yet)
             await self.app(scope, receive, send)
             return
-        activity = services.runs.intake
-        activity.begin()
-        answered = False
+        with services.runs.intake.request_in_progress() as answered:
 
-        async def send_noting_the_answer(message: Message) -> None:
-            nonlocal answered
-            if not answered and message["type"] == "http.response.start":
-                answered = True
-                activity.end()
-            await send(message)
+            async def send_noting_the_answer(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    answered()
+                await send(message)
 
-        try:
             await self.app(scope, receive, send_noting_the_answer)
-        finally:
-            if not answered:
-                activity.end()
 
 
 class BodySizeLimitMiddleware:

@@ -10,8 +10,8 @@ most that bound. Short work first: the total work is the same, only its order ch
 reason, on SQLite an intake's transaction takes the process's writer turn before the runs' waiting
 transactions (`db/sqlite_writers.writes_first`).
 
-Every HTTP request counts until its response starts (`answering`, from `app.py`), the streams
-above all: a client opens its run's stream right after `POST …/runs` answers. Counting only the
+Every HTTP request counts until its response starts (`request_in_progress`, from `app.py`), the
+streams above all: a client opens its run's stream right after `POST …/runs` answers. Counting only the
 intakes was not enough once they got cheap: with SQLite's statements run in place
 (`db/sqlite_connection.py`) an intake is often over before the next request is read, the runs
 started in those gaps, and a hundred of them took the loop from the streams their clients were
@@ -27,7 +27,8 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Final
 
 from ctxpress.app.server.db.sqlite_writers import writes_first
@@ -39,8 +40,14 @@ RUN_START_YIELD_SECONDS: Final = 0.25
 SETTLE_SECONDS: Final = 0.02
 
 
+#: Whether the current task is an HTTP request counted by `request_in_progress` (its intake, if it
+#: makes one, is then the same activity, not a second one).
+_IN_A_REQUEST: Final[ContextVar[bool]] = ContextVar("ctxpress_in_a_request", default=False)
+
+
 class IntakeActivity:
-    """How many messages this process is accepting; owned by the service's container."""
+    """The messages this process is accepting and the requests waiting for their answer; owned by
+    the service's container."""
 
     def __init__(
         self,
@@ -64,13 +71,36 @@ class IntakeActivity:
 
     @contextlib.contextmanager
     def accepting(self) -> Iterator[None]:
-        """Around one message's intake (in its task)."""
-        self.begin()
+        """Around one message's intake (in its task; inside a counted request it is that request)."""
+        counted = _IN_A_REQUEST.get()
+        if not counted:
+            self.begin()
         try:
             with writes_first():
                 yield
         finally:
-            self.end()
+            if not counted:
+                self.end()
+
+    @contextlib.contextmanager
+    def request_in_progress(self) -> Iterator[Callable[[], None]]:
+        """Around one HTTP request (in its task): it counts until the `answered` callback this
+        yields is called (its response starts), or at the latest until the block ends."""
+        self.begin()
+        token = _IN_A_REQUEST.set(True)
+        counted = True
+
+        def answered() -> None:
+            nonlocal counted
+            if counted:
+                counted = False
+                self.end()
+
+        try:
+            yield answered
+        finally:
+            _IN_A_REQUEST.reset(token)
+            answered()
 
     def begin(self) -> None:
         """A request (or an intake) begins: until `end`, runs about to start wait."""
