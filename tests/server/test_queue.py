@@ -457,3 +457,14 @@ async def test_a_message_on_its_own_makes_no_run_wait_once_answered() -> None:
     with activity.accepting():
         pass
     assert await activity.quiet() is False
+
+
+async def test_a_request_on_its_own_after_a_settled_burst_makes_no_run_wait() -> None:
+    activity = IntakeActivity(run_start_yield_seconds=0.5, settle_seconds=0.05)
+    for _ in range(2):  # a burst
+        with activity.accepting():
+            pass
+    await asyncio.sleep(0.1)  # settled, though no run asked meanwhile
+    with activity.accepting():
+        pass
+    assert activity._unsettled_for() == 0

@@ -104,8 +104,11 @@ class IntakeActivity:
 
     def begin(self) -> None:
         """A request (or an intake) begins: until `end`, runs about to start wait."""
-        if self._accepting or time.monotonic() - self._last_ended < self.settle_seconds:
+        now = time.monotonic()
+        if self._accepting or now - self._last_ended < self.settle_seconds:
             self._in_burst = True  # it overlaps another request, or closely follows one
+        elif now >= self._settled_at:
+            self._in_burst = False  # what came before has settled: this one is on its own
         self._accepting += 1
         self._quiet.clear()
 
@@ -120,15 +123,11 @@ class IntakeActivity:
 
     def _unsettled_for(self) -> float:
         """Seconds until the current burst counts as over (0: no burst, or it is over)."""
-        left = self._settled_at - time.monotonic()
-        if left <= 0:
-            self._in_burst = False
-            return 0.0
-        return left
+        return max(0.0, self._settled_at - time.monotonic())
 
     async def quiet(self) -> bool:
-        """Wait until no request or intake has been in progress for `settle_seconds`, at most
-        `run_start_yield_seconds`; False when the bound ended the wait."""
+        """Wait until no request or intake is in progress and, after a burst, none has been for
+        `settle_seconds`; at most `run_start_yield_seconds`. False when the bound ended the wait."""
         if self._quiet.is_set() and not self._unsettled_for():
             return True
         try:
