@@ -34,7 +34,7 @@ from typing import Any, Final, TypeVar
 
 import aiosqlite
 
-__all__ = ["LoopSqliteConnection", "connect_in_loop", "is_busy"]
+__all__ = ["LoopSqliteConnection", "connect_in_loop"]
 
 #: SQLite's primary result code for "the database file is locked" (extended codes keep it in the low byte).
 SQLITE_BUSY: Final = 5
@@ -46,7 +46,7 @@ _ON_THE_THREAD: Final = frozenset({"commit", "executescript", "close"})
 _Result = TypeVar("_Result")
 
 
-def is_busy(error: BaseException) -> bool:
+def _is_busy(error: BaseException) -> bool:
     """Whether `error` is SQLite's `SQLITE_BUSY` (or one of its extended codes)."""
     code = getattr(error, "sqlite_errorcode", None)
     return isinstance(error, sqlite3.OperationalError) and code is not None and code & 0xFF == SQLITE_BUSY
@@ -71,7 +71,7 @@ class LoopSqliteConnection(aiosqlite.Connection):
             try:
                 return fn(*args, **kwargs)
             except sqlite3.OperationalError as error:
-                if not is_busy(error):
+                if not _is_busy(error):
                     raise
         return await self._on_the_thread(partial(fn, *args, **kwargs))
 
