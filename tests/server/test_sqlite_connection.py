@@ -12,6 +12,7 @@ import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiosqlite
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
@@ -52,6 +53,28 @@ async def test_statements_run_on_the_loops_thread_and_commits_on_the_connections
     assert threads["COMMIT"] != loop_thread
 
 
+async def test_a_statement_and_its_cursor_need_nothing_from_the_connections_thread(
+    connection: LoopSqliteConnection,
+) -> None:
+    """Executing, fetching and closing the cursor all run in place: while the connection's thread
+    is busy (here: held on purpose), a read completes (closing a cursor is not closing the
+    connection, which does wait for the thread)."""
+    release = threading.Event()
+    holding = asyncio.ensure_future(aiosqlite.Connection._execute(connection, release.wait, 10))
+    try:
+        await asyncio.sleep(0.05)
+        assert not holding.done(), "the connection's thread is held"
+
+        async def read() -> list[str]:
+            async with connection.execute("SELECT who FROM log") as cursor:
+                return [row[0] async for row in cursor]
+
+        assert await asyncio.wait_for(read(), timeout=2) == []
+    finally:
+        release.set()
+        await holding
+
+
 async def test_a_write_that_meets_another_connections_lock_waits_off_the_loop(
     tmp_path: Path, connection: LoopSqliteConnection
 ) -> None:
@@ -82,6 +105,41 @@ async def test_a_write_that_meets_another_connections_lock_waits_off_the_loop(
     assert inserts[0] == threading.get_ident() and inserts[-1] != threading.get_ident()
     async with connection.execute("SELECT who FROM log ORDER BY id") as cursor:
         assert [row[0] async for row in cursor] == ["other", "mine"]
+
+
+async def test_a_transaction_sets_no_busy_timeout_when_nothing_waits(
+    connection: LoopSqliteConnection,
+) -> None:
+    """In write-ahead-log mode a commit holds its locks already: no `PRAGMA busy_timeout` is run
+    around it (two statements per transaction when it was set before each commit)."""
+    seen = _traced(connection)
+    for who in ("a", "b"):
+        await connection.execute("INSERT INTO log (who) VALUES (?)", (who,))
+        await connection.commit()
+    statements = [sql.split()[0] for sql, _ in seen]
+    assert statements == ["BEGIN", "INSERT", "COMMIT", "BEGIN", "INSERT", "COMMIT"]
+
+
+async def test_a_commit_refused_as_busy_waits_for_the_lock_off_the_loop(tmp_path: Path) -> None:
+    """A rollback-journal file: another connection's read blocks the commit, which SQLite refuses
+    with `SQLITE_BUSY` and keeps open; it is committed again with the busy timeout, on the
+    connection's thread, once the reader is done."""
+    async with connect_in_loop(str(tmp_path / "j.db"), busy_timeout_seconds=5) as connection:
+        await connection.execute("CREATE TABLE log (who TEXT)")
+        await connection.commit()
+        reader = sqlite3.connect(tmp_path / "j.db", isolation_level=None, check_same_thread=False)
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM log").fetchone() == (0,)  # holds a shared lock
+        seen = _traced(connection)
+        await connection.execute("INSERT INTO log VALUES ('mine')")
+        asyncio.get_running_loop().call_later(0.3, reader.execute, "COMMIT")
+        await connection.commit()
+        reader.close()
+        commits = [sql for sql, _ in seen if sql.startswith(("COMMIT", "PRAGMA"))]
+        assert commits == ["COMMIT", "PRAGMA busy_timeout=5000", "COMMIT"]
+        check = sqlite3.connect(tmp_path / "j.db")
+        assert check.execute("SELECT who FROM log").fetchall() == [("mine",)]
+        check.close()
 
 
 async def test_a_lock_held_past_the_busy_timeout_fails_as_sqlite_would(tmp_path: Path) -> None:

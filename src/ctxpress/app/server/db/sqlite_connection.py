@@ -17,8 +17,19 @@ still runs on the connection's thread:
   with the busy timeout, where SQLite's sleeps block nothing else -- what aiosqlite does from the
   start. A call refused with `SQLITE_BUSY` changed nothing, so running it again is the same call;
 - a commit (the write that may checkpoint the write-ahead log and sync the file), a script
-  (maintenance: `incremental_vacuum`, `wal_checkpoint`), closing (the last connection to close
-  checkpoints the log).
+  (maintenance: `incremental_vacuum`, `wal_checkpoint`), closing the connection (the last one to
+  close checkpoints the log). Closing a cursor, though its call is also named `close`, only
+  finalises a statement and runs in place: sent to the thread, with the busy timeout set and
+  cleared around it, it cost a burst of 50 messages 5.8 ms of the process's CPU per message
+  instead of 4.0 (about nine cursors per message).
+
+The busy timeout is a statement (`PRAGMA busy_timeout`), so it changes only when a call needs it:
+in write-ahead-log mode a commit holds the write lock already (taken by the transaction's first
+write), so it is tried with the timeout the statements left, zero, and set to wait only when SQLite
+refuses it with `SQLITE_BUSY` (a rollback-journal file whose readers block the commit). SQLite keeps
+the transaction open after such a refusal, so trying again commits the same transaction. Setting
+the timeout before every commit and clearing it after cost two statements per transaction, about a
+tenth of the event loop's CPU per accepted message.
 
 One task uses a connection at a time (the pool hands it to one session; the checkpointer holds its
 lock), and it waits for each call, so the loop's thread and the connection's never use the sqlite3
@@ -41,7 +52,13 @@ SQLITE_BUSY: Final = 5
 #: aiosqlite's rows per fetch of an async iteration (its own default).
 _ITER_CHUNK_SIZE: Final = 64
 #: The sqlite3 calls (of a connection or a cursor) that always run on the connection's thread.
-_ON_THE_THREAD: Final = frozenset({"commit", "executescript", "close"})
+_ON_THE_THREAD: Final = frozenset({"commit", "executescript"})
+#: ... and the calls of the connection itself (not of a cursor: closing a cursor only finalises
+#: its statement) that do.
+_CONNECTION_ON_THE_THREAD: Final = frozenset({"close"})
+#: Of those, the ones tried with the timeout as it is (zero, after statements in place) before the
+#: busy timeout is set for them: a commit usually holds every lock it needs (module docstring).
+_TRIED_WITHOUT_WAITING: Final = frozenset({"commit"})
 
 _Result = TypeVar("_Result")
 
@@ -50,6 +67,13 @@ def _is_busy(error: BaseException) -> bool:
     """Whether `error` is SQLite's `SQLITE_BUSY` (or one of its extended codes)."""
     code = getattr(error, "sqlite_errorcode", None)
     return isinstance(error, sqlite3.OperationalError) and code is not None and code & 0xFF == SQLITE_BUSY
+
+
+def _runs_on_the_thread(fn: Callable[..., Any], name: str | None) -> bool:
+    """Whether the sqlite3 call `fn` (named `name`) always runs on the connection's thread."""
+    if name in _ON_THE_THREAD:
+        return True
+    return name in _CONNECTION_ON_THE_THREAD and isinstance(getattr(fn, "__self__", None), sqlite3.Connection)
 
 
 class LoopSqliteConnection(aiosqlite.Connection):
@@ -66,19 +90,27 @@ class LoopSqliteConnection(aiosqlite.Connection):
     async def _execute(self, fn: Callable[..., _Result], *args: Any, **kwargs: Any) -> _Result:
         if not self._running or not self._connection:
             raise ValueError("Connection closed")
-        if getattr(fn, "__name__", None) not in _ON_THE_THREAD:
+        name = getattr(fn, "__name__", None)
+        if not _runs_on_the_thread(fn, name):
             self._use_busy_timeout(0.0)
             try:
                 return fn(*args, **kwargs)
             except sqlite3.OperationalError as error:
                 if not _is_busy(error):
                     raise
-        return await self._on_the_thread(partial(fn, *args, **kwargs))
+        return await self._on_the_thread(partial(fn, *args, **kwargs), name in _TRIED_WITHOUT_WAITING)
 
-    async def _on_the_thread(self, call: Callable[[], _Result]) -> _Result:
-        """`call` on the connection's thread, with the busy timeout."""
+    async def _on_the_thread(self, call: Callable[[], _Result], try_first: bool = False) -> _Result:
+        """`call` on the connection's thread, with the busy timeout (`try_first`: once with the
+        timeout as it is, and again with the busy timeout only if SQLite refuses it as busy)."""
 
         def with_busy_timeout() -> _Result:
+            if try_first:
+                try:
+                    return call()
+                except sqlite3.OperationalError as error:
+                    if not _is_busy(error):
+                        raise
             self._use_busy_timeout(self.busy_timeout_seconds)
             return call()
 
