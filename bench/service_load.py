@@ -402,6 +402,14 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_s() -> float:
+    """CPU seconds every core of the machine has spent busy so far (`/proc/stat`: all but idle and
+    I/O wait): the service, its database, Redis and the load generator together."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 def transaction_count(database_url: str | None) -> int | None:
     """PostgreSQL's count of the database's transactions so far (`pg_stat_database`); None on SQLite.
 
