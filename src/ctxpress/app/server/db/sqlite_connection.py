@@ -63,12 +63,12 @@ _ON_THE_THREAD: Final = frozenset({"commit", "executescript"})
 #: ... and the calls of the connection itself (not of a cursor: closing a cursor only finalises
 #: its statement) that do.
 _CONNECTION_ON_THE_THREAD: Final = frozenset({"close"})
-#: The call that ends a statement run in place (its cursor's close), after which the loop runs its
-#: other ready tasks once (module docstring).
-_STATEMENT_DONE: Final = "close"
 #: Of those, the ones tried with the timeout as it is (zero, after statements in place) before the
 #: busy timeout is set for them: a commit usually holds every lock it needs (module docstring).
 _TRIED_WITHOUT_WAITING: Final = frozenset({"commit"})
+#: The call that ends a statement run in place (its cursor's close), after which the loop runs its
+#: other ready tasks once (module docstring).
+_STATEMENT_DONE: Final = "close"
 
 _Result = TypeVar("_Result")
 
