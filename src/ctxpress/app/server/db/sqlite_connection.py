@@ -23,11 +23,11 @@ still runs on the connection's thread:
   cleared around it, it cost a burst of 50 messages 5.8 ms of the process's CPU per message
   instead of 4.0 (about nine cursors per message).
 
-Statements in place never wait, so a task that runs several in a row (a run's step storing its
-messages and checkpoint) would keep the loop until its transaction is done. After each statement
-(when its cursor closes) the loop runs its other ready tasks once, as the hand-off to the thread
-let it do: without that, in `bench/streaming_load.py` on SQLite the delivery lag p95 of tokens went
-from 53-84 ms to 81-315 ms (six runs), with it 61-154 ms, and the service's CPU per turn fell.
+Statements in place never wait, so a task that runs several in a row keeps the loop until it
+awaits something else; letting other tasks in after each statement (`asyncio.sleep(0)`, as the
+hand-off to the thread used to) was tried and not kept: the streams that clients open right after
+`POST …/runs` then waited behind every run's statements and opened about 1.2 s after their `POST`
+instead of 0.3 s (`bench/streaming_load.py`, docs/benchmarks.md).
 
 The busy timeout is a statement (`PRAGMA busy_timeout`), so it changes only when a call needs it:
 in write-ahead-log mode a commit holds the write lock already (taken by the transaction's first
@@ -44,7 +44,6 @@ connection at once: it is opened with `check_same_thread=False`.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Callable
 from functools import partial
@@ -66,9 +65,6 @@ _CONNECTION_ON_THE_THREAD: Final = frozenset({"close"})
 #: Of those, the ones tried with the timeout as it is (zero, after statements in place) before the
 #: busy timeout is set for them: a commit usually holds every lock it needs (module docstring).
 _TRIED_WITHOUT_WAITING: Final = frozenset({"commit"})
-#: The call that ends a statement run in place (its cursor's close), after which the loop runs its
-#: other ready tasks once (module docstring).
-_STATEMENT_DONE: Final = "close"
 
 _Result = TypeVar("_Result")
 
@@ -104,14 +100,10 @@ class LoopSqliteConnection(aiosqlite.Connection):
         if not _runs_on_the_thread(fn, name):
             self._use_busy_timeout(0.0)
             try:
-                result = fn(*args, **kwargs)
+                return fn(*args, **kwargs)
             except sqlite3.OperationalError as error:
                 if not _is_busy(error):
                     raise
-            else:
-                if name == _STATEMENT_DONE:
-                    await asyncio.sleep(0)  # let other tasks in between two statements
-                return result
         return await self._on_the_thread(partial(fn, *args, **kwargs), name in _TRIED_WITHOUT_WAITING)
 
     async def _on_the_thread(self, call: Callable[[], _Result], try_first: bool = False) -> _Result:
