@@ -34,8 +34,7 @@ in write-ahead-log mode a commit holds the write lock already (taken by the tran
 write), so it is tried with the timeout the statements left, zero, and set to wait only when SQLite
 refuses it with `SQLITE_BUSY` (a rollback-journal file whose readers block the commit). SQLite keeps
 the transaction open after such a refusal, so trying again commits the same transaction. Setting
-the timeout before every commit and clearing it after cost two statements per transaction, about a
-tenth of the event loop's CPU per accepted message.
+the timeout before every commit and clearing it after cost two statements per transaction.
 
 One task uses a connection at a time (the pool hands it to one session; the checkpointer holds its
 lock), and it waits for each call, so the loop's thread and the connection's never use the sqlite3
