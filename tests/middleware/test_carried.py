@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
 from ctxpress import CompressionConfig, ContextCompressionMiddleware, LocalWorkdir
@@ -25,6 +25,7 @@ from ctxpress.compaction.content import content_text
 from ctxpress.summary.carried import QUESTION_HEADING
 from ctxpress.summary.event import EVENT_KEY, is_summary_message
 from ctxpress.summary.history import is_conversation_file, read_history
+from ctxpress.summary.references import REFERENCES_HEADING
 from ctxpress.workdir import WorkdirError, read_text
 from tests.fakes import ScriptedChatModel, tool_call
 from tests.middleware.conftest import assert_provider_valid
@@ -378,3 +379,56 @@ def test_s14_question_is_quoted_whole_by_keeping_fewer_messages(
     event = agent.get_state(THREAD).values[EVENT_KEY]
     _, history = read_history(workdir, event["file_path"])
     assert history, "the latest summary's history file holds its span"
+
+
+def order_id(number: int) -> str:
+    return f"W{number * 7919 + 1000000:07d}"
+
+
+@tool
+def look_up_order(number: int) -> str:
+    """Look up an order of the shop's database."""
+    before = "\n".join(f"log line {line}: cache warm, nothing to report" for line in range(30))
+    after = "\n".join(f"log line {line}: shipment scan recorded" for line in range(30, 150))
+    failure = f"KeyError: 'refund_state' while reading exports/order_{number}.json"
+    return f"{before}\norder {order_id(number)} found\n{failure}\n{after}"
+
+
+def test_s14_summary_shows_the_references_its_span_and_previews_dropped(
+    workdir: LocalWorkdir, checkpointer: Any
+) -> None:
+    """Each order id and error line sits in the first fifth of a long tool result: the S8 preview
+    (head, middle, tail) drops it and the summary model (scripted) never names it. After a summary
+    the request still shows the newest summarised one verbatim, in the summary message's
+    references section, and the request stays below the threshold."""
+    calls = 30
+    script = [tool_call("look_up_order", {"number": n}, f"order-{n}") for n in range(calls)]
+    model = ScriptedChatModel(script=[*script, AIMessage(content="All orders checked.")])
+    middleware = ContextCompressionMiddleware(CONFIG, workdir=workdir, summary_model=ScriptedChatModel())
+    agent = create_agent(
+        model,
+        [look_up_order],
+        system_prompt="You check orders.",
+        middleware=[middleware],
+        checkpointer=checkpointer,
+    )
+    agent.invoke({"messages": [HumanMessage(content="Check every order for a refund problem.")]}, THREAD)
+
+    assert agent.get_state(THREAD).values[EVENT_KEY]["summary_count"] >= 2, "the premise: several summaries"
+    summarised_in = 0
+    for answered, request in enumerate(model.requests):  # request `answered` follows `answered` results
+        in_view = {m.tool_call_id for m in request if isinstance(m, ToolMessage)}
+        summarised = [n for n in range(answered) if f"order-{n}" not in in_view]
+        if not summarised:
+            continue
+        summarised_in += 1
+        assert under_threshold(middleware, request)
+        summary = next(content_text(m.content) for m in request if is_summary_message(m))
+        assert REFERENCES_HEADING in summary
+        section = summary.split(REFERENCES_HEADING, 1)[1]
+        newest = max(summarised)
+        others = request_text([m for m in request if not is_summary_message(m)])
+        assert order_id(newest) not in others, "the premise: no preview keeps it"
+        assert f"- {order_id(newest)}\n" in section
+        assert f"- KeyError: 'refund_state' while reading exports/order_{newest}.json" in section
+    assert summarised_in >= 4

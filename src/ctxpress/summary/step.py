@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from ctxpress.compaction.content import content_text
 from ctxpress.config import CompressionConfig
 from ctxpress.summary.carried import (
     QUESTION_HEADING,
@@ -30,6 +31,13 @@ from ctxpress.summary.carried import (
 from ctxpress.summary.cutoff import choose_cutoff
 from ctxpress.summary.event import EffectiveMessages, SummarizationEvent, make_summary_message
 from ctxpress.summary.history import HistoryRange, in_history_dir, write_conversation, write_history
+from ctxpress.summary.references import (
+    references_budget,
+    references_in_summary,
+    references_section,
+    shown_text,
+    span_references,
+)
 from ctxpress.summary.summarizer import (
     SummaryOutcome,
     asummarize,
@@ -60,6 +68,15 @@ class SummaryPlan:
     carried_question: str | None = None  # the previous summary's question section, still current
     #: The state before the new cutoff, as the state holds it: what the conversation file keeps.
     conversation: tuple[BaseMessage, ...] = ()
+    references_budget: int = 0  # the most tokens the references take (`references.references_budget`)
+    #: The references the previous summary message listed (older than this span's).
+    earlier_references: tuple[str, ...] = ()
+
+    def references(self, budget: int) -> list[str]:
+        """The references of the summarised span (as the state holds it), then the earlier ones:
+        enough for a section of `budget` tokens."""
+        span = self.conversation[self.span.start : self.span.end]
+        return span_references(span, self.earlier_references, budget)
 
 
 @dataclass(frozen=True)
@@ -199,6 +216,10 @@ def plan_summary(
         profile=config.token_profile,
         carried_question=carried,
         conversation=tuple(state_messages[:global_cutoff]),
+        references_budget=references_budget(config.threshold_tokens),
+        earlier_references=tuple(
+            references_in_summary(content_text(previous["summary_message"].content)) if previous else ()
+        ),
     )
 
 
@@ -238,7 +259,7 @@ def finish_summary(
         # The next call adds about one more exchange like the last: that stays free as well.
         growth = headroom([]) - headroom(last_exchange(plan.kept))
         free = max(0, headroom([bare, *plan.kept]) - growth)
-    sections = carried_sections(plan, saved.file_path, free, saved.conversation_file)
+    sections = carried_sections(plan, saved.file_path, free, saved.conversation_file, text)
     summary_message = make_summary_message(
         text, saved.file_path, plan.summary_count, sections.texts, saved.conversation_file
     )
@@ -272,11 +293,17 @@ class CarriedSections:
 
 
 def carried_sections(
-    plan: SummaryPlan, file_path: str | None, free: int | None, conversation_file: str | None = None
+    plan: SummaryPlan,
+    file_path: str | None,
+    free: int | None,
+    conversation_file: str | None = None,
+    summary_text: str = "",
 ) -> CarriedSections:
-    """The quoted question and the earlier files, within the `free` tokens the request leaves
-    (None: only their own budgets bound them). With a conversation file there is no list: the
-    summary message names that file, which holds every earlier message (`carried.py`).
+    """The quoted question, the earlier files and the references, within the `free` tokens the
+    request leaves (None: only their own budgets bound them). With a conversation file there is no
+    list: the summary message names that file, which holds every earlier message (`carried.py`).
+    The references (`references.py`) take what the question and the list leave of that share,
+    without those the summary text, the question or the kept messages already show.
 
     The question comes first: quoted whole when it fits its budget and the free room -- the current
     request is what the kept messages answer, and a cut quote loses its middle -- else its head and
@@ -293,7 +320,7 @@ def carried_sections(
         if plan.question is not None
         else plan.carried_question
     )
-    unbounded = plan.question_budget + plan.files_budget
+    unbounded = plan.question_budget + plan.files_budget + plan.references_budget
     texts: list[str] = []
     used = 0
     shortfall = 0
@@ -317,6 +344,15 @@ def carried_sections(
             listed = files_section(files, file_path, 0, plan.profile)
         if estimate_tokens(listed, plan.profile) <= left:
             texts.append(listed)
+    left -= sum(estimate_tokens(text, plan.profile) for text in texts) - used
+    # Half of what the question and the list leave: the references are the least needed of the
+    # three (the conversation file holds them in context), and each token they take brings the
+    # next summary nearer.
+    budget = min(plan.references_budget, _share(left))
+    if budget > 0:
+        shown = "\n".join([summary_text, *texts, *(shown_text(message) for message in plan.kept)])
+        if references := references_section(plan.references(budget), shown, budget, plan.profile):
+            texts.append(references)
     return CarriedSections(question, texts, shortfall)
 
 

@@ -2,8 +2,12 @@
 
 Used by `bench/retention.py` to ask, after a compression, which of the facts of the compressed
 messages the model still sees (or can read back from a file named in its request). The rules are
-plain regular expressions, written down here and in `docs/benchmarks.md`; they are not the rules
-of any summary writer, so the benchmark does not grade a summary by its own yardstick.
+plain regular expressions, written down here and in `docs/benchmarks.md`. They are not the rules
+of any summary writer. The references section of a ctxpress summary message
+(`ctxpress.summary.references`) has rules of its own, written apart and stricter (no quantities,
+no constraints, no line of source code as an error), but it looks for the same kinds of strings
+by design -- both aim at what an agent needs later -- so the benchmark's facts in view measure
+that section in part by a yardstick close to its own; `docs/benchmarks.md` says what that means.
 
 A fact is a `(kind, text)` pair whose `text` occurs verbatim in the message it was taken from.
 Kinds, in the order they are taken (a span taken by an earlier kind is blanked out for the later
