@@ -23,6 +23,9 @@ saying where the rest are counted in. The complete list is also in the header of
 file (`earlier_files`), which the summary message names, so a long thread's older files are one
 read further, never lost.
 
+*The references* of the summarised messages (paths, URLs, identifiers, error lines) are the third
+section, after these two: `references.py`.
+
 *Room.* Both sections take only room the request leaves: `summary/step.py` measures the summary
 message without them plus the kept messages and reserves the size of the latest exchange (what the
 next call adds). The question is quoted whole when it fits the rest (else its head and tail within
