@@ -4,8 +4,11 @@ place, the budget, and the section read back by the next summary (S14, S15)."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
+from ctxpress.summary import references
 from ctxpress.summary.references import (
     MAX_REFERENCES_TOKENS,
     REFERENCES_HEADING,
@@ -157,5 +160,58 @@ def test_messages_without_references_give_none() -> None:
 
 
 def test_the_budget_is_an_eighth_of_the_threshold_and_never_over_its_cap() -> None:
-    assert references_budget(8 * 1024) == 1024
+    assert references_budget(4 * 1024) == 512
     assert references_budget(100 * 1024) == MAX_REFERENCES_TOKENS < 100 * 1024 // 8
+
+
+def _read_whole(text: str) -> list[str]:
+    """The three kinds read from the whole text, without the filter of words that can hold one."""
+    found = []
+    for match in references._REFERENCE.finditer(text):
+        ref, kind = match.group(0), match.lastgroup
+        found.append(ref.rstrip(".,;:!?") if kind == "url" else ref.rstrip(".") if kind == "path" else ref)
+    return found
+
+
+#: Words that are or hold references, and what may stand between two of them.
+WORDS = (
+    "2024-05-19",
+    "13:00",
+    "09:30:00",
+    "https://x.org/a",
+    "src/main.py",
+    "main.py",
+    "W2378156",
+    "#123",
+    "ABC-12",
+    "8da0b9b",
+    "mia_li_3668",
+    "880023719",
+    "~/src",
+    "../a.py",
+    "v2",
+    "T10:00",
+    "ok",
+    "中文",
+    "end.",
+    "a/b",
+    "-7",
+    "x\\y1234567",
+)
+GAPS = (" ", "\n", '"', " ok ", '", "', "(", ",", "", ":", "。", "T", "/", ".", "-", "_")
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from(GAPS)), max_size=12))
+def test_reading_only_the_words_that_can_hold_one_finds_what_the_whole_text_holds(
+    pairs: list[tuple[str, str]],
+) -> None:
+    """The filter is an optimisation only: the same references, in the same order."""
+    text = "".join(word + gap for word, gap in pairs)
+    assert references._urls_paths_and_identifiers(text) == _read_whole(text)
+
+
+def test_the_filter_keeps_a_date_with_its_time_and_splits_what_a_gap_splits() -> None:
+    text = 'at 2024-05-19 13:00 and "2024-05-20","14:00" then 2024-05-21T09:30:00'
+    assert references._urls_paths_and_identifiers(text) == _read_whole(text)
+    assert "2024-05-19 13:00" in _read_whole(text) and "2024-05-20" in _read_whole(text)
