@@ -14,9 +14,10 @@ its tool calls' arguments), the whole original message as the state holds it (no
   trailing `.,;:!?`;
 - `path`: a path with at least one `/` and a last segment with an extension, or a rooted path of
   at least two segments (`/etc/hosts`, `~/src/app`), or a file name with a common extension;
-- `identifier`: a date (with its time), a UUID, a hexadecimal hash of 7 to 64 digits holding a letter and a digit, a ticket
-  key (`ABC-123`), a number after `#`, a code of at least 5 letters, digits, `_` or `-` holding a
-  letter and at least two digits (`W2378156`, `mia_li_3668`), a run of at least 6 digits;
+- `identifier`: a date (with its time), a UUID, a hexadecimal hash of 7 to 64 digits holding a
+  letter and a digit, a ticket key (`ABC-123`), a number after `#`, a code of at least 5 letters,
+  digits, `_` or `-` holding a letter and at least two digits (`W2378156`, `mia_li_3668`), a run of
+  at least 6 digits;
 - `error`: a line reporting an error -- an exception name with a colon after it or at the line's
   end (`KeyError: 'id'`), `Traceback (most recent call last)`, `FAILED`, `error:` / `fatal:`,
   `失败`, `错误`, `异常`, `报错` -- but not a line of source code naming one (`raise`, `except`,
@@ -28,8 +29,12 @@ Which ones fit (`references_section`): the newest message first; each message fi
 does not crowd out the rest, then the remaining ones in the same order. The previous summary's
 references come after the new span's (they are older), so the section is cumulative across
 summaries within its budget. A reference the request already shows (in the summary text, a kept
-message or the quoted question) or that a longer listed one contains is not repeated. The section takes only room the request leaves
-(`summary/step.py: carried_sections`), like the quoted question.
+message or the quoted question) or that a longer listed one contains is not repeated. The section
+takes only room the request leaves (`summary/step.py: carried_sections`), like the quoted question.
+
+Cost: the rules read only the runs of words that can hold a reference (`_WORDS_THAT_CAN_HOLD_ONE`),
+newest message first, and stop at `SCANNED_CHARS_PER_TOKEN` characters per token of the section's
+budget: the section's size bounds the work, not the span's.
 """
 
 from __future__ import annotations
