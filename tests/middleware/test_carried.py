@@ -416,6 +416,7 @@ def test_s14_summary_shows_the_references_its_span_and_previews_dropped(
 
     assert agent.get_state(THREAD).values[EVENT_KEY]["summary_count"] >= 2, "the premise: several summaries"
     summarised_in = 0
+    sections: list[str] = []  # each summary's section, in order
     for answered, request in enumerate(model.requests):  # request `answered` follows `answered` results
         in_view = {m.tool_call_id for m in request if isinstance(m, ToolMessage)}
         summarised = [n for n in range(answered) if f"order-{n}" not in in_view]
@@ -431,4 +432,10 @@ def test_s14_summary_shows_the_references_its_span_and_previews_dropped(
         assert order_id(newest) not in others, "the premise: no preview keeps it"
         assert f"- {order_id(newest)}\n" in section
         assert f"- KeyError: 'refund_state' while reading exports/order_{newest}.json" in section
+        if not sections or sections[-1] != section:
+            sections.append(section)
     assert summarised_in >= 4
+    assert len(sections) >= 3
+    for earlier, later in itertools.pairwise(sections):
+        carried = [n for n in range(calls) if order_id(n) in earlier and order_id(n) in later]
+        assert carried, "the next summary lists no reference of the one before (cumulative, room allowing)"
