@@ -284,8 +284,10 @@ def test_s14_question_that_fits_the_free_room_is_quoted_whole(
 def test_s14_file_list_names_history_files_before_offload_files(
     listing_workdir: LocalWorkdir, checkpointer: Any
 ) -> None:
-    """When the list of earlier files cannot hold them all, every earlier history file (a whole
-    summarised span each) is named before any offload file (one result each)."""
+    """When the list of earlier files cannot hold them all, the earlier history files (a whole
+    summarised span each) are named before any offload file (one result each), newest first: an
+    offload file is named only when every history file is, and the history files left out are
+    the oldest."""
     workdir = listing_workdir
     model = ScriptedChatModel(script=swe_script(CALLS * 2))
     agent = build(model, workdir, checkpointer, CONFIG)
@@ -299,8 +301,11 @@ def test_s14_file_list_names_history_files_before_offload_files(
     assert len(histories) >= 3 and offloads, "the premise: several history files and offload files"
     assert "older files are listed in the header of" in summary, "the premise: not every file fits"
     assert any(path not in summary for path in offloads), "the premise: some offload files are left out"
-    for path in histories:
-        assert path in summary, f"{path} is not named"
+    named = [path in summary for path in histories]  # oldest first
+    assert any(named), "no history file is named"
+    assert named == sorted(named), f"a newer history file is left out before an older one: {named}"
+    if any(path in summary for path in offloads):
+        assert all(named), "an offload file is named while a history file is not"
 
 
 def test_s14_overflowing_file_list_still_names_the_files_that_fit(
