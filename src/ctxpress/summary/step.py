@@ -340,11 +340,13 @@ def carried_sections(
     budget = min(plan.files_budget, left)
     if files and budget > 0 and conversation_file is None:
         listed = files_section(files, file_path, budget, plan.profile)
-        if estimate_tokens(listed, plan.profile) > budget:  # only where the list is, when that fits
+        listed_tokens = estimate_tokens(listed, plan.profile)
+        if listed_tokens > budget:  # only where the list is, when that fits
             listed = files_section(files, file_path, 0, plan.profile)
-        if estimate_tokens(listed, plan.profile) <= left:
+            listed_tokens = estimate_tokens(listed, plan.profile)
+        if listed_tokens <= left:
             texts.append(listed)
-    left -= sum(estimate_tokens(text, plan.profile) for text in texts) - used
+            left -= listed_tokens
     # Half of what the question and the list leave: the references are the least needed of the
     # three (the conversation file holds them in context), and each token they take brings the
     # next summary nearer.
