@@ -127,7 +127,7 @@ def test_a_message_is_authenticated_in_the_transaction_that_accepts_it(start_ser
     with watch_transactions(server.services.database.engine.sync_engine) as seen:
         run_id = send(alice, conversation_id, "你好")["run"]["id"]
         wait_for_status(alice, run_id, {"succeeded"})
-    [accepting] = seen.with_statement("INSERT INTO runs")
+    [accepting] = seen.with_write("INSERT INTO runs")
     assert any("FROM users JOIN api_tokens" in statement for statement in accepting), accepting
     intruder = server.client("cxp_" + "x" * 43)
     refused = intruder.post(f"/api/conversations/{conversation_id}/runs", json={"input": "偷看"})

@@ -224,7 +224,7 @@ def test_a_runs_final_answer_is_stored_by_the_transaction_that_finishes_it(
     inserts = [statement.split()[2] for statement in finishing[0] if statement.startswith("INSERT INTO")]
     assert {"messages", "usage_records", "conversation_pressure"} <= set(inserts), finishing[0]
     # The tool-calling step (and the tool's result) were stored before, each in its own transaction.
-    storing_messages = seen.with_statement("INSERT INTO messages")
+    storing_messages = seen.with_write("INSERT INTO messages")
     assert len(storing_messages) == 4, storing_messages  # the question, the call, the result, the answer
     types = [event.type for event in events]
     assert types[-4:] == ["context_pressure", "message", "usage", "run_finished"], types

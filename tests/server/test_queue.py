@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -224,10 +225,17 @@ def test_cancel_a_running_run(start_server: ServerFactory) -> None:
     assert read_events(alice, running["run"]["id"])[-1].data == {"status": "cancelled", "error": None}
 
 
-def test_an_accepted_message_costs_four_writes_started_or_queued(start_server: ServerFactory) -> None:
+#: A write as it appears in SQL, wherever it stands in its statement.
+_WRITE = re.compile(r"\b(UPDATE \w+ SET|INSERT INTO \w+)")
+
+
+def test_an_accepted_message_costs_four_writes_in_one_statement_on_postgresql(
+    start_server: ServerFactory, backend: str
+) -> None:
     """Intake's transaction (S1, S18): the conversation's queue place and automatic title in one
     statement, the run inserted in its first status (no update of it afterwards), the message, and
-    the run's first event (`run_started` or `run_queued`)."""
+    the run's first event (`run_started` or `run_queued`). On PostgreSQL the four go as one statement
+    (a round trip each would cost ~0.2 ms of the service's CPU per message); on SQLite one by one."""
     gate = threading.Event()
     server = start_server(agents=[gated_agent(gate)])
     alice = server.client(server.create_user("alice"))
@@ -239,17 +247,16 @@ def test_an_accepted_message_costs_four_writes_started_or_queued(start_server: S
     finally:
         gate.set()
     assert started["started"] is True and queued["queued"] is True
-    intakes = seen.with_statement("INSERT INTO runs")
+    intakes = seen.with_write("INSERT INTO runs")
     assert len(intakes) == 2
     for statements in intakes:
-        writes = [
-            statement.split()[:3] for statement in statements if statement.startswith(("INSERT", "UPDATE"))
-        ]
-        assert writes == [
-            ["UPDATE", "conversations", "SET"],
-            ["INSERT", "INTO", "runs"],
-            ["INSERT", "INTO", "messages"],
-            ["INSERT", "INTO", "run_events"],
+        writing = [statement for statement in statements if _WRITE.search(statement)]
+        assert len(writing) == (1 if backend == "postgresql" else 4), statements
+        assert [write for statement in writing for write in _WRITE.findall(statement)] == [
+            "UPDATE conversations SET",
+            "INSERT INTO runs",
+            "INSERT INTO messages",
+            "INSERT INTO run_events",
         ], statements
     [first_event] = query_sql(
         server.services.settings,

@@ -26,6 +26,11 @@ class CommittedTransactions:
         """The committed transactions that ran a statement starting with `prefix`."""
         return [statements for statements in self.committed if any(s.startswith(prefix) for s in statements)]
 
+    def with_write(self, write: str) -> list[list[str]]:
+        """The committed transactions that ran `write` (say "INSERT INTO runs"), alone or as one
+        of the data-modifying WITH clauses of a statement (PostgreSQL's one-statement writes)."""
+        return [statements for statements in self.committed if any(write in s for s in statements)]
+
 
 @contextmanager
 def watch_transactions(engine: Engine) -> Iterator[CommittedTransactions]:

@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
 from ctxpress.app.server.db.models import Conversation, is_public_id, utcnow
+from ctxpress.app.server.db.one_statement import Write
 
 
 def _conversation_for_lock(row_lock: bool, skip_locked: bool) -> Select[Conversation]:
@@ -42,7 +43,7 @@ def _take_queue_seq(naming: bool) -> Update:
 _READ_FOR_LOCK: Final = MappingProxyType(
     {(lock, skip): _conversation_for_lock(lock, skip) for lock in (False, True) for skip in (False, True)}
 )
-_TAKE_QUEUE_SEQ: Final = (_take_queue_seq(False), _take_queue_seq(True))
+TAKE_QUEUE_SEQ: Final = (_take_queue_seq(False), _take_queue_seq(True))
 
 
 class ConversationRepository:
@@ -154,20 +155,30 @@ class ConversationRepository:
         """The next place in the conversation's FIFO, taken (the caller holds the conversation lock),
         and the conversation touched; an untitled one is named `title_if_untitled` in the same
         statement (a rename committed meanwhile wins: the condition is evaluated by the database)."""
-        queue_seq, now = conversation.next_queue_seq, utcnow()
+        queue_seq = conversation.next_queue_seq
+        write = self.queue_seq_write(conversation, title_if_untitled=title_if_untitled)
+        await self.session.execute(write.statement, write.parameters)
+        return queue_seq
+
+    @staticmethod
+    def queue_seq_write(conversation: Conversation, *, title_if_untitled: str | None = None) -> Write:
+        """`take_queue_seq`'s statement, for the caller to run in this transaction (alone, or with
+        other writes: `db.one_statement`); it takes the place `conversation.next_queue_seq`.
+
+        The statement goes around the unit of work, so the loaded row learns its new values here,
+        without a flush of its own (its title is left as read: the database decides it). Should the
+        write fail, the transaction fails with it, and the session with its rows is dropped."""
+        next_queue_seq, now = conversation.next_queue_seq + 1, utcnow()
         values: dict[str, Any] = {
             "conversation_id": conversation.id,
-            "next_queue_seq": queue_seq + 1,
+            "next_queue_seq": next_queue_seq,
             "updated_at": now,
         }
         if title_if_untitled:
             values["title"] = title_if_untitled
-        await self.session.execute(_TAKE_QUEUE_SEQ[bool(title_if_untitled)], values)
-        # The statement went around the unit of work: the loaded row learns its new value without a
-        # flush of its own (its title is left as read: the database decided it).
-        set_committed_value(conversation, "next_queue_seq", queue_seq + 1)
+        set_committed_value(conversation, "next_queue_seq", next_queue_seq)
         set_committed_value(conversation, "updated_at", now)
-        return queue_seq
+        return Write(TAKE_QUEUE_SEQ[bool(title_if_untitled)], values)
 
 
 def _escape_like(text: str) -> str:

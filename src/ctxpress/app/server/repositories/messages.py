@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
 
 from langchain_core.messages import BaseMessage
 from sqlalchemy import func, select
@@ -35,7 +35,15 @@ class MessageRepository:
         with its id is already there."""
         connection = await self.session.connection()
         statement = _INSERT_NEW[connection.dialect.name]
-        row = {
+        return (
+            await connection.execute(statement, self.row(conversation_id, run_id, message))
+        ).scalar_one_or_none()
+
+    @staticmethod
+    def row(conversation_id: str, run_id: str | None, message: BaseMessage) -> dict[str, Any]:
+        """The values of `message`'s row, but for its id and time (the database's and the column
+        default's)."""
+        return {
             "conversation_id": conversation_id,
             "run_id": run_id,
             "role": message_role(message),
@@ -43,7 +51,6 @@ class MessageRepository:
             "content": storable_text(message.text),
             "payload": to_jsonable(message),
         }
-        return (await connection.execute(statement, row)).scalar_one_or_none()
 
     async def page(self, conversation_id: str, *, after: int, limit: int) -> list[Message]:
         query = (

@@ -42,10 +42,16 @@ class RunEventRepository:
         """Store `events` in the session's transaction, ids increasing in the order given."""
         if not events:
             return []
-        rows = [{"run_id": run_id, "type": event.type, "data": to_jsonable(event.data)} for event in events]
+        rows = [self.row(run_id, event) for event in events]
         connection = await self.session.connection()
         ids = (await connection.execute(_INSERT_EVENTS, rows)).scalars().all()
         return [StoredEvent(int(i), row["type"], row["data"]) for i, row in zip(ids, rows, strict=True)]
+
+    @staticmethod
+    def row(run_id: str, event: NewEvent) -> dict[str, Any]:
+        """The values of `event`'s row, but for its id and time (the database's and the column
+        default's); its data as stored (JSON-compatible)."""
+        return {"run_id": run_id, "type": event.type, "data": to_jsonable(event.data)}
 
     async def newest_id(self, run_id: str) -> int:
         """The id of the run's newest event (0 when it has none)."""

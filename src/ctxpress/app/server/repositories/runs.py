@@ -109,26 +109,49 @@ class RunRepository:
         """A new run at the end of the conversation's FIFO (the caller holds the conversation lock):
         `status`, or started under `lease`. Two statements: the conversation's (which also names an
         untitled one `title_if_untitled`) and the run's insert, already in its first status."""
-        queue_seq = await ConversationRepository(self.session).take_queue_seq(
+        run = self.new(conversation, input=input, status=status, lease=lease)
+        await ConversationRepository(self.session).take_queue_seq(
             conversation, title_if_untitled=title_if_untitled
         )
+        await self.insert(run)
+        return run
+
+    @staticmethod
+    def new(
+        conversation: Conversation,
+        *,
+        input: dict[str, Any],
+        status: str = RUN_QUEUED,
+        lease: RunLease | None = None,
+    ) -> Run:
+        """A run at the conversation's next place in its FIFO (`conversation.next_queue_seq`, which
+        `ConversationRepository.queue_seq_write` takes), `status` or started under `lease`, every
+        column's value set (`insert_values`); not stored yet."""
         run = Run(
             id=new_id(),
             conversation_id=conversation.id,
             agent_name=conversation.agent_name,
-            queue_seq=queue_seq,
+            queue_seq=conversation.next_queue_seq,
             status=status,
             input=input,
             attempts=0,
         )
         if lease is not None:
-            self.start(run, lease)
+            RunRepository.start(run, lease)
+        insert_values(run)  # the column defaults, set on the object as a flush would
+        return run
+
+    async def insert(self, run: Run) -> None:
+        """Store a `new` run."""
         # Inserted by a prebuilt statement, then handed to the session as the row it now is: the
         # unit of work's flush of one new object cost more than the insert itself.
         await self.session.execute(_INSERT_RUN, insert_values(run))
+        self.inserted(run)
+
+    def inserted(self, run: Run) -> None:
+        """A `new` run that a Core statement has just inserted, handed to the session as that row."""
         make_transient_to_detached(run)
         self.session.add(run)
-        return run
 
     async def get(self, run_id: str) -> Run | None:
         return await self.session.get(Run, run_id, populate_existing=True)

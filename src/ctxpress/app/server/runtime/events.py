@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from ctxpress.app.server.db.engine import Database, call_after_commit
 from ctxpress.app.server.db.models import STREAM_ENDING_STATUSES, Run, User
 from ctxpress.app.server.metrics import ServiceMetrics
-from ctxpress.app.server.repositories.run_events import NewEvent, RunEventRepository
+from ctxpress.app.server.repositories.run_events import NewEvent, RunEventRepository, StoredEvent
 from ctxpress.app.server.repositories.runs import RunRepository
 from ctxpress.app.server.runtime.live_events import EventPosition, LiveBus, LiveEvent, LiveSubscriber
 from ctxpress.app.server.runtime.silent_streams import SilentStreamWatch
@@ -113,10 +113,15 @@ class EventLog:
         """Add durable events, in this order, to the session's transaction; they go live, in the same
         order, when the transaction commits."""
         stored = await RunEventRepository(session).append(run_id, new)
-        for event in stored:
+        self.stored(session, run_id, stored)
+        return [event.id for event in stored]
+
+    def stored(self, session: AsyncSession, run_id: str, events: Sequence[StoredEvent]) -> None:
+        """Durable events the caller has just stored in the session's transaction (in this order):
+        they go live, in the same order, when the transaction commits."""
+        for event in events:
             live = LiveEvent(run_id, EventPosition(event.id), event.type, event.data)
             call_after_commit(session, functools.partial(self._went_durable, live))
-        return [event.id for event in stored]
 
     def _went_durable(self, event: LiveEvent) -> None:
         listener = self._durable_listeners.get(event.run_id)

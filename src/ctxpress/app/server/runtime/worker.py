@@ -40,6 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from ctxpress.app.server.db.engine import Database
 from ctxpress.app.server.db.models import RUN_FAILED, Run, utcnow
 from ctxpress.app.server.metrics import ServiceMetrics
+from ctxpress.app.server.repositories.run_events import NewEvent
 from ctxpress.app.server.repositories.runs import RunLease, RunRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.events import EventLog
@@ -160,8 +161,12 @@ class RunWorker:
     async def announce_started(self, session: AsyncSession, run: Run) -> int:
         """The `run_started` event of a run started here (already `running` in the session), in the
         same transaction; returns its id."""
-        runtime = self.executor.agents.get(run.agent_name)
-        return await self.events.append(session, run.id, events.RUN_STARTED, run_started_data(run, runtime))
+        event = self.started_event(run)
+        return await self.events.append(session, run.id, event.type, event.data)
+
+    def started_event(self, run: Run) -> NewEvent:
+        """The `run_started` event of a run started here."""
+        return NewEvent(events.RUN_STARTED, run_started_data(run, self.executor.agents.get(run.agent_name)))
 
     def launch(
         self, run_id: str, conversation_id: str, user_id: str, *, claimed: ClaimedRun | None = None

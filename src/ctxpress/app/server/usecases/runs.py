@@ -29,7 +29,8 @@ from ctxpress.app.server.errors import (
     UnknownInterruptError,
 )
 from ctxpress.app.server.repositories.conversations import ConversationRepository
-from ctxpress.app.server.repositories.messages import MessageRepository
+from ctxpress.app.server.repositories.intake import IntakeRepository
+from ctxpress.app.server.repositories.run_events import NewEvent
 from ctxpress.app.server.repositories.runs import BusyState, RunRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.agents import AgentRegistry
@@ -164,34 +165,38 @@ class RunService:
         event says why). An untitled conversation is named after the message. The caller's lock
         block commits; the caller launches a started run."""
         session = locked.session
-        conversation_id = locked.conversation.id
-        untitled = not locked.conversation.title
+        conversation = locked.conversation
         busy = await locked.busy_state()
         slot.held = busy is None and self.worker.reserve_slot_for_new_message(user.id)
         slot.user_id = user.id
         message = HumanMessage(content=text, id=str(uuid.uuid4()))
-        # Inserted in its first status (running here, or queued), the conversation named in the
-        # statement that takes the run's place in the queue: four writes in all.
-        run = await RunRepository(session).add(
-            locked.conversation,
-            input={"text": text, "message_id": message.id},
-            lease=self.worker.new_lease() if slot.held else None,
-            title_if_untitled=automatic_title(text) if untitled else None,
-        )
-        # In the chat record from the moment it is accepted (S1): a run that never
-        # starts -- queued, cancelled, or failed after a crash -- still shows it.
-        await MessageRepository(session).append(conversation_id, run.id, message)
+        lease = self.worker.new_lease() if slot.held else None
+        run = RunRepository.new(conversation, input={"text": text, "message_id": message.id}, lease=lease)
         if slot.held:
-            await self.worker.announce_started(session, run)
-            return Intake(run, True, None, None)
-        # Under the lock every queued run of the conversation is older than this one: it comes
-        # right after them (what `RunRepository.queue_position` would count, without the statement).
-        position = (busy.queued_runs if busy else 0) + 1
-        queued_because = busy.reason if busy else self._why_no_slot(user.id)
-        await self.events.append(
-            session, run.id, events.RUN_QUEUED_EVENT, {"position": position, "reason": queued_because}
+            first_event, intake = self.worker.started_event(run), Intake(run, True, None, None)
+        else:
+            # Under the lock every queued run of the conversation is older than this one: it comes
+            # right after them (what `RunRepository.queue_position` would count, without the statement).
+            position = (busy.queued_runs if busy else 0) + 1
+            queued_because = busy.reason if busy else self._why_no_slot(user.id)
+            data = {"position": position, "reason": queued_because}
+            first_event, intake = (
+                NewEvent(events.RUN_QUEUED_EVENT, data),
+                Intake(run, False, position, queued_because),
+            )
+        # The run in its first status, the conversation's queue place (naming an untitled one after
+        # the message), the message -- in the chat record from the moment it is accepted (S1): a run
+        # that never starts (queued, cancelled, or failed after a crash) still shows it -- and the
+        # run's first event: one statement on PostgreSQL.
+        stored = await IntakeRepository(session).accept(
+            conversation,
+            run,
+            message,
+            first_event,
+            title_if_untitled=automatic_title(text) if not conversation.title else None,
         )
-        return Intake(run, False, position, queued_because)
+        self.events.stored(session, run.id, [stored])
+        return intake
 
     def _why_no_slot(self, user_id: str) -> str:
         return USER_RUN_LIMIT if self.worker.user_at_limit(user_id) else WORKERS_BUSY
