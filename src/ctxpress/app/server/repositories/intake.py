@@ -15,6 +15,7 @@ from typing import Final
 
 from langchain_core.messages import BaseMessage
 from sqlalchemy import insert
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.dml import ReturningInsert
 
@@ -43,8 +44,9 @@ def _accept_on_postgresql(naming: bool) -> ReturningInsert[int]:
     """The four writes as one statement; `naming`: the queue place's statement also names an
     untitled conversation (`TAKE_QUEUE_SEQ`)."""
     run = row_insert(insert(_RUNS), _RUN_PREFIX, [column.key for column in _RUNS.columns])
+    # As `MessageRepository.append`: a message whose id the conversation holds already is not stored again.
     message = row_insert(
-        insert(_MESSAGES),
+        postgresql.insert(_MESSAGES).on_conflict_do_nothing(index_elements=["conversation_id", "lc_id"]),
         _MESSAGE_PREFIX,
         ["conversation_id", "run_id", "role", "lc_id", "content", "payload", "created_at"],
     )
