@@ -252,11 +252,45 @@ def _crosswoz_record_groups(data_dir: Path, records_per_group: int = 3) -> Itera
             )
 
 
+def _acebench_functions(data_dir: Path, every_nth: int = 3) -> Iterator[tuple[str, str]]:
+    """Tool schemas with Chinese descriptions: the functions of ACEBench's records, each once (every
+    `every_nth` of them, so that this source weighs about as much as the others), as JSON the way a
+    provider receives a tool list."""
+    folder = data_dir / "traces" / "acebench" / "data_all" / "data_zh"
+    seen: set[str] = set()
+    for path in sorted(folder.glob("*.json")):
+        for record in _json_lines(path):
+            for function in record.get("function") or ():
+                text = json.dumps(function, ensure_ascii=False)
+                if text not in seen:
+                    seen.add(text)
+                    if len(seen) % every_nth == 0:
+                        yield f"traces/acebench/data_all/data_zh/{path.name}#{record.get('id')}", text
+
+
+def _glaive_zh_json(data_dir: Path) -> Iterator[tuple[str, str]]:
+    """The tool lists, function calls and function results (JSON, Chinese values) of glaive's Chinese
+    conversations."""
+    for index, item in enumerate(_glaive(data_dir, "zh")):
+        source = f"traces/glaive-toolcall/glaive_toolcall_zh_demo.json#{index}"
+        if _is_json_text(item.get("tools")):
+            yield source, item["tools"]
+        for turn in item["conversations"]:
+            if turn["from"] in ("function_call", "observation") and _is_json_text(turn["value"]):
+                yield source, turn["value"]
+
+
 def json_chinese(data_dir: Path) -> list[TextSample]:
+    """JSON with Chinese text from three independent sources: CrossWOZ's knowledge-base records (a
+    source per database file), ACEBench's tool schemas, and glaive's Chinese tool calls and results."""
     units = (
         (source, json.dumps(group, ensure_ascii=False)) for source, group in _crosswoz_record_groups(data_dir)
     )
-    return _group(units, "json_chinese", joiner="\n")
+    return (
+        _group(units, "json_chinese", joiner="\n")
+        + _group(_acebench_functions(data_dir), "json_chinese", joiner="\n")
+        + _group(_glaive_zh_json(data_dir), "json_chinese", joiner="\n")
+    )
 
 
 def json_escaped(data_dir: Path) -> list[TextSample]:
