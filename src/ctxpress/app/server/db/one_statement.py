@@ -1,7 +1,7 @@
 """Independent writes of one transaction sent as one statement on PostgreSQL (issue 17).
 
 Every statement costs the service a round trip: about 0.2 ms of its CPU through SQLAlchemy and
-psycopg's asyncio driver, whatever the statement does (`bench/intake_burst.py`). Writes that read
+psycopg's asyncio driver, whatever the statement does (`bench/round_trips.py`). Writes that read
 none of each other's results can go together: each write but the last becomes a data-modifying
 ``WITH`` clause of the last. PostgreSQL runs every such clause exactly once, whether or not the
 rest of the statement reads it, and checks foreign keys once the whole statement is done, so one
