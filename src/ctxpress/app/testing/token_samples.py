@@ -196,6 +196,16 @@ def _tau_bench_tool_results(data_dir: Path) -> Iterator[tuple[str, str]]:
                 yield f"traces/tau-bench/gpt-4o-airline.json#{index}", content
 
 
+def _each_text_once(units: Iterable[tuple[str, str]]) -> Iterator[tuple[str, str]]:
+    """`units` without the repeats of a text: many glaive dialogues share a tool list or a call, and a
+    repeat would put the same text in both the fit and the eval half."""
+    seen: set[str] = set()
+    for source, text in units:
+        if text not in seen:
+            seen.add(text)
+            yield source, text
+
+
 def _glaive_en_json(data_dir: Path) -> Iterator[tuple[str, str]]:
     """The function calls and function results (JSON) of glaive's English conversations."""
     for index, item in enumerate(_glaive(data_dir, "en")):
@@ -234,7 +244,7 @@ def json_english(data_dir: Path) -> list[TextSample]:
     glaive's function calls and results, the web APIs of ToolBench), each grouped on its own."""
     return (
         _group(_tau_bench_tool_results(data_dir), "json_english", joiner="\n")
-        + _group(_glaive_en_json(data_dir), "json_english", joiner="\n")
+        + _group(_each_text_once(_glaive_en_json(data_dir)), "json_english", joiner="\n")
         + _group(_toolbench_responses(data_dir), "json_english", joiner="\n")
     )
 
@@ -270,7 +280,7 @@ def _acebench_functions(data_dir: Path, every_nth: int = 3) -> Iterator[tuple[st
 
 def _glaive_zh_json(data_dir: Path) -> Iterator[tuple[str, str]]:
     """The tool lists, function calls and function results (JSON, Chinese values) of glaive's Chinese
-    conversations."""
+    conversations (`json_chinese` keeps each text once: `_each_text_once`)."""
     for index, item in enumerate(_glaive(data_dir, "zh")):
         source = f"traces/glaive-toolcall/glaive_toolcall_zh_demo.json#{index}"
         if _is_json_text(item.get("tools")):
@@ -289,7 +299,7 @@ def json_chinese(data_dir: Path) -> list[TextSample]:
     return (
         _group(units, "json_chinese", joiner="\n")
         + _group(_acebench_functions(data_dir), "json_chinese", joiner="\n")
-        + _group(_glaive_zh_json(data_dir), "json_chinese", joiner="\n")
+        + _group(_each_text_once(_glaive_zh_json(data_dir)), "json_chinese", joiner="\n")
     )
 
 
