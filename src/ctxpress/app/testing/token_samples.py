@@ -19,6 +19,7 @@ the reported figures are measured on text the coefficients never saw.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -197,8 +198,8 @@ def _tau_bench_tool_results(data_dir: Path) -> Iterator[tuple[str, str]]:
 
 
 def _each_text_once(units: Iterable[tuple[str, str]]) -> Iterator[tuple[str, str]]:
-    """`units` without the repeats of a text: many glaive dialogues share a tool list or a call, and a
-    repeat would put the same text in both the fit and the eval half."""
+    """`units` without the repeats of a text (glaive's dialogues share tool lists and calls, ACEBench's
+    records share functions): a repeat would put the same text in both the fit and the eval half."""
     seen: set[str] = set()
     for source, text in units:
         if text not in seen:
@@ -262,20 +263,15 @@ def _crosswoz_record_groups(data_dir: Path, records_per_group: int = 3) -> Itera
             )
 
 
-def _acebench_functions(data_dir: Path, every_nth: int = 3) -> Iterator[tuple[str, str]]:
-    """Tool schemas with Chinese descriptions: the functions of ACEBench's records, each once (every
-    `every_nth` of them, so that this source weighs about as much as the others), as JSON the way a
-    provider receives a tool list."""
+def _acebench_functions(data_dir: Path) -> Iterator[tuple[str, str]]:
+    """Tool schemas with Chinese descriptions: the functions of ACEBench's records, as JSON the way a
+    provider receives a tool list (`json_chinese` keeps each once, and every third of those)."""
     folder = data_dir / "traces" / "acebench" / "data_all" / "data_zh"
-    seen: set[str] = set()
     for path in sorted(folder.glob("*.json")):
         for record in _json_lines(path):
             for function in record.get("function") or ():
-                text = json.dumps(function, ensure_ascii=False)
-                if text not in seen:
-                    seen.add(text)
-                    if len(seen) % every_nth == 0:
-                        yield f"traces/acebench/data_all/data_zh/{path.name}#{record.get('id')}", text
+                source = f"traces/acebench/data_all/data_zh/{path.name}#{record.get('id')}"
+                yield source, json.dumps(function, ensure_ascii=False)
 
 
 def _glaive_zh_json(data_dir: Path) -> Iterator[tuple[str, str]]:
@@ -298,7 +294,12 @@ def json_chinese(data_dir: Path) -> list[TextSample]:
     )
     return (
         _group(units, "json_chinese", joiner="\n")
-        + _group(_acebench_functions(data_dir), "json_chinese", joiner="\n")
+        # Every third distinct schema, so that this source weighs about as much as the others.
+        + _group(
+            itertools.islice(_each_text_once(_acebench_functions(data_dir)), 2, None, 3),
+            "json_chinese",
+            joiner="\n",
+        )
         + _group(_each_text_once(_glaive_zh_json(data_dir)), "json_chinese", joiner="\n")
     )
 
