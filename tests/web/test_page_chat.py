@@ -119,3 +119,22 @@ def test_long_user_messages_fold(page: Page, web_service: WebService, size: tupl
     assert unfolded is not None and unfolded["height"] > folded["height"] * 2
     user.get_by_role("button", name="复制").click()
     assert clipboard(page) == long_text
+
+
+def test_a_message_and_its_run_stream_travel_in_one_request(page: Page, web_service: WebService) -> None:
+    """Issue 17 (streaming load): the page posts its message to `POST …/runs/stream` and reads the
+    run from that response, so on a busy service the reply's first text is not held back until a
+    second request opens the stream (and then delivered late, as a catch-up). `GET …/events` is
+    only for reconnecting, and for runs the page did not start."""
+    requests: list[tuple[str, str]] = []
+    page.on("request", lambda request: requests.append((request.method, request.url)))
+    sign_in(page, web_service.url, web_service.token)
+    new_conversation(page, "writer", title="One request")
+    requests.clear()
+    send(page, "给我一个三日行程")
+    wait_idle(page)
+    expect(page.locator("#chat-log .msg-assistant .msg-text").last.locator("h2")).to_have_text("北京三日行程")
+    runs = [(method, url) for method, url in requests if "/runs" in url]
+    assert [method for method, url in runs if url.endswith("/runs/stream")] == ["POST"], runs
+    assert not [url for _, url in runs if url.endswith("/events")], runs
+    assert not [url for method, url in runs if method == "POST" and url.endswith("/runs")], runs

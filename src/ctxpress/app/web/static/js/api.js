@@ -111,24 +111,55 @@ export class Api {
   }
 
   /**
-   * Follow a run's events until the service ends the stream (run finished or waiting for input).
+   * Send a message and open its run's event stream in the same request (`POST …/runs/stream`): the
+   * stream starts with the run, so on a busy service no text reaches the page late as a catch-up.
+   * A refusal (409 `thread_busy`, 413, …) throws an ApiError, as `post` does. Resolves with
+   * `{runId, response, close}`: the run, its open stream for `followRun(runId, { opened })`, and
+   * what closes that stream unread. Nothing aborts the request itself: once sent, the message may
+   * already be in the chat record, and the caller must learn its run.
+   */
+  async startRun(conversationId, input) {
+    const stream = new AbortController();
+    const response = await this.request("POST", `/api/conversations/${enc(conversationId)}/runs/stream`, {
+      body: { input },
+      accept: "text/event-stream",
+      signal: stream.signal,
+    });
+    const location = response.headers.get("Location") || "";
+    return {
+      runId: decodeURIComponent(location.slice(location.lastIndexOf("/") + 1)),
+      response,
+      close: () => stream.abort(),
+    };
+  }
+
+  /**
+   * Follow a run's events until the service ends the stream (run finished or waiting for input),
+   * reading `opened` first when given (what `startRun` resolved with; `signal` closes it too).
    * Reconnects after network failures with `Last-Event-ID`, so no event is lost or repeated.
    * `onEvent(type, data, id)`; resolves with the last event id.
    */
-  async followRun(runId, { after = "0", onEvent, signal, maxRetries = 8 } = {}) {
+  async followRun(runId, { after = "0", onEvent, signal, maxRetries = 8, opened = null } = {}) {
     let cursor = String(after);
     let failures = 0;
+    let response = opened?.response ?? null;
+    if (opened && signal?.aborted) opened.close();
+    else if (opened) signal?.addEventListener("abort", opened.close, { once: true });
     for (;;) {
       try {
-        const headers = { Accept: "text/event-stream" };
-        if (cursor !== "0") headers["Last-Event-ID"] = cursor;
-        const response = await fetch(`/api/runs/${enc(runId)}/events`, {
-          headers: this.headers(headers),
-          signal,
-          cache: "no-store",
-        });
-        if (!response.ok) throw await this.errorOf(response);
-        for await (const event of readSse(response.body)) {
+        if (!response) {
+          const headers = { Accept: "text/event-stream" };
+          if (cursor !== "0") headers["Last-Event-ID"] = cursor;
+          response = await fetch(`/api/runs/${enc(runId)}/events`, {
+            headers: this.headers(headers),
+            signal,
+            cache: "no-store",
+          });
+          if (!response.ok) throw await this.errorOf(response);
+        }
+        const body = response.body;
+        response = null; // a reconnection opens a new stream
+        for await (const event of readSse(body)) {
           // `41` (a stored event) or `41-7` (a live message_delta after it); ids only grow.
           const id = event.id || null;
           if (id) cursor = laterEventId(cursor, id);
@@ -143,6 +174,7 @@ export class Api {
         }
         return cursor;
       } catch (exc) {
+        response = null;
         if (signal?.aborted || exc?.name === "AbortError") return cursor;
         const permanent = exc instanceof ApiError && exc.status >= 400 && exc.status < 500 && exc.status !== 429;
         failures += 1;

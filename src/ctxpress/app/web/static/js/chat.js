@@ -120,19 +120,24 @@ export class Chat {
     }
   }
 
-  /** Send a message: the run starts now or waits in the conversation's queue. */
+  /**
+   * Send a message and follow its run from the same request: the run starts now (`run_started`) or
+   * waits in the conversation's queue (`run_queued`, with its place). Resolves with the run's id.
+   */
   async send(text) {
     const conversationId = this.conversationId;
     this.log.querySelector(".suggestions")?.remove();
-    const accepted = await this.api.post(`/api/conversations/${enc(conversationId)}/runs`, { input: text });
-    if (conversationId !== this.conversationId) return accepted;
-    const entry = this.runEntry(accepted.run.id);
-    this.addUserBubble(entry, accepted.run.input ?? text);
-    if (accepted.queued) this.setQueued(entry, accepted.position, accepted.queued_because);
+    const opened = await this.api.startRun(conversationId, text);
+    if (conversationId !== this.conversationId) {
+      opened.close(); // another conversation is shown now: its record has the run
+      return opened.runId;
+    }
+    const entry = this.runEntry(opened.runId);
+    this.addUserBubble(entry, text);
     this.scrollToEnd(true);
-    this.follow(accepted.run.id, "0");
+    this.follow(opened.runId, "0", opened);
     this.hooks.onActivity?.();
-    return accepted;
+    return opened.runId;
   }
 
   // --- runs and their containers ---------------------------------------------------------------
@@ -166,9 +171,13 @@ export class Chat {
     entry.badge = null;
   }
 
-  async follow(runId, after) {
+  /** Follow a run's events into its entry; `opened`: its stream, already open (`Api.startRun`). */
+  async follow(runId, after, opened = null) {
     const entry = this.runEntry(runId);
-    if (entry.following) return;
+    if (entry.following) {
+      opened?.close();
+      return;
+    }
     const controller = this.controller; // a newer conversation replaces it (reset aborts this one)
     entry.following = true;
     entry.cursor = laterEventId(entry.cursor, after);
@@ -181,6 +190,7 @@ export class Chat {
     try {
       entry.cursor = await this.api.followRun(runId, {
         after: entry.cursor,
+        opened,
         signal: controller.signal,
         onEvent: (type, data, id) => {
           if (id) entry.cursor = laterEventId(entry.cursor, id);
