@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -26,6 +27,7 @@ from ctxpress.app.testing.api import (
     send,
     wait_for_status,
 )
+from ctxpress.app.testing.live_server import LiveServer
 from tests.fakes import PacedChatModel, ScriptedChatModel
 
 from .conftest import ServerFactory
@@ -307,6 +309,30 @@ def test_a_refused_streamed_message_is_answered_before_any_event(start_server: S
     assert alice.get(f"/api/conversations/{conversation_id}/messages").json()["items"] == []
 
 
+@contextmanager
+def statements_that(server: LiveServer, match: Callable[[str], bool]) -> Iterator[list[str]]:
+    """The statements the service runs while the block runs that `match` accepts, in order."""
+    seen: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if match(statement):
+            seen.append(statement)
+
+    engine = server.services.database.engine.sync_engine
+    sqlalchemy_event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        sqlalchemy_event.remove(engine, "before_cursor_execute", record)
+
+
+def stream_one_request(client: httpx.Client, conversation_id: str, text: str) -> list[SseEvent]:
+    """Send `text` with `POST …/runs/stream` and read the run's stream to its end."""
+    path = f"/api/conversations/{conversation_id}/runs/stream"
+    with client.stream("POST", path, json={"input": text}) as response:
+        return list(iter_events(response))
+
+
 def test_a_streamed_message_starts_its_stream_from_the_bus(start_server: ServerFactory) -> None:
     """`POST …/runs/stream`: the in-process bus holds the intake's first event from its commit and
     carries every later event of this process, so the stream never reads the run's events from SQL --
@@ -319,24 +345,44 @@ def test_a_streamed_message_starts_its_stream_from_the_bus(start_server: ServerF
     conversation_id = create_conversation(alice)
     warm_up = send(alice, conversation_id, "预热")  # the first run of a process; not counted
     wait_for_status(alice, warm_up["run"]["id"], {"succeeded"})
-    event_reads: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if "FROM run_events" in statement and "run_events.id >" in statement:  # a stream's read
-            event_reads.append(statement)
-
-    engine = server.services.database.engine.sync_engine
-    sqlalchemy_event.listen(engine, "before_cursor_execute", record)
-    try:
-        with alice.stream(
-            "POST", f"/api/conversations/{conversation_id}/runs/stream", json={"input": "一段足够长的问题"}
-        ) as response:
-            streamed = list(iter_events(response))
-    finally:
-        sqlalchemy_event.remove(engine, "before_cursor_execute", record)
+    with statements_that(
+        server, lambda statement: "FROM run_events" in statement and "run_events.id >" in statement
+    ) as event_reads:  # a stream's reads
+        streamed = stream_one_request(alice, conversation_id, "一段足够长的问题")
     assert streamed[0].type == "run_started" and streamed[-1].type == "run_finished"
     assert delta_text(streamed) == "回声：一段足够长的问题"
     assert event_reads == []
+    stored = [event for event in streamed if not event.position.is_live]
+    assert read_events(alice, streamed[0].data["run_id"]) == stored
+
+
+def test_a_run_read_from_its_intake_request_starts_from_what_the_intake_committed(
+    start_server: ServerFactory,
+) -> None:
+    """`POST …/runs/stream`: the client reads the run from the request that accepted it, so the run
+    cannot get ahead of its stream -- its executor starts from the run and the `run_started` id the
+    intake committed, without reading them again (issue 17: a transaction less per turn). A run
+    accepted by `POST …/runs` still reads them first: that read lets its client's second request, the
+    stream, open before the run's first step takes the event loop."""
+    server = start_server(agents=[echo_agent()])
+    alice = server.client(server.create_user("alice"))
+    conversation_id = create_conversation(alice)
+    warm_up = send(alice, conversation_id, "预热")  # the first run of a process; not counted
+    wait_for_status(alice, warm_up["run"]["id"], {"succeeded"})
+    # `RunEventRepository.newest_id`: the executor's read at a run's start.
+    with statements_that(server, lambda statement: "max(run_events.id)" in statement) as newest_event_reads:
+        streamed = stream_one_request(alice, conversation_id, "一段足够长的问题")
+        read_in_one_request = len(newest_event_reads)
+        posted = send(alice, conversation_id, "再问一句")
+        wait_for_status(alice, posted["run"]["id"], {"succeeded"})
+    assert streamed[0].type == "run_started" and streamed[-1].type == "run_finished"
+    assert streamed[-1].data["status"] == "succeeded"
+    assert delta_text(streamed) == "回声：一段足够长的问题"
+    assert read_in_one_request == 0
+    assert len(newest_event_reads) == 1  # the run accepted by `POST …/runs`
+    # Its deltas are positioned after the `run_started` the intake stored, as a read would give.
+    first_delta = next(event for event in streamed if event.type == "message_delta")
+    assert first_delta.position.durable_id == int(streamed[0].id)
     stored = [event for event in streamed if not event.position.is_live]
     assert read_events(alice, streamed[0].data["run_id"]) == stored
 

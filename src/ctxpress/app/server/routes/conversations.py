@@ -176,7 +176,7 @@ async def create_run_streaming(
     as for `POST …/runs`; once the stream has begun the message is in the chat record. The `Location`
     header names the run; a client whose stream breaks continues at `GET /api/runs/{id}/events`
     with the last `id:` it read as `Last-Event-ID`."""
-    intake = await services.runs.submit(caller, conversation_id, body.input)
+    intake = await services.runs.submit(caller, conversation_id, body.input, streamed_here=True)
     run_id = intake.run.id
     return run_event_stream(
         services, run_id, EventPosition(0), accepted_here=True, headers={"Location": f"/api/runs/{run_id}"}

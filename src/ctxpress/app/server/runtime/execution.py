@@ -85,8 +85,9 @@ SlotHandOver = Callable[[AsyncSession, AsyncExitStack], Awaitable[Callable[[], N
 
 @dataclass(frozen=True)
 class ClaimedRun:
-    """A queued run as the transaction that made it running left it, with the id of its newest
-    event (that `run_started`): its executor starts from these instead of reading them again."""
+    """A run as the transaction that made it running left it, with the id of its newest event
+    (that `run_started`): its executor starts from these instead of reading them again. A queued
+    run's claim, or the intake of a run whose client reads it from the same request."""
 
     run: Run
     newest_event_id: int
@@ -174,7 +175,8 @@ class RunExecutor:
         stopped_before_start = await self._let_requests_go_first(active)
         run: Run | None
         if active.claimed is not None:
-            # A queued run (its stream open for a while): one read transaction less per turn.
+            # A queued run (its stream open for a while), or one whose client reads it from the
+            # request that accepted it: one read transaction less per turn.
             run, newest_event_id = active.claimed.run, active.claimed.newest_event_id
             active.claimed = None
         else:

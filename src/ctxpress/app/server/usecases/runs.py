@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,7 @@ from ctxpress.app.server.repositories.runs import BusyState, RunRepository
 from ctxpress.app.server.runtime import events
 from ctxpress.app.server.runtime.agents import AgentRegistry
 from ctxpress.app.server.runtime.events import EventLog
+from ctxpress.app.server.runtime.execution import ClaimedRun
 from ctxpress.app.server.runtime.intake_activity import IntakeActivity
 from ctxpress.app.server.runtime.locks import (
     LockedConversation,
@@ -64,6 +66,8 @@ class Intake:
     #: "running" | "waiting_input" | "queued" (conversation busy), "workers_busy" (no free slot) or
     #: "user_run_limit" (the user's share of the slots is taken).
     queued_because: str | None
+    #: The id of the run's first event as stored (`run_started` or `run_queued`).
+    first_event_id: int = 0
 
 
 @dataclass
@@ -94,10 +98,18 @@ class RunService:
         #: Each agent's message budget: its system prompt and tools do not change while the service runs.
         self._budgets: dict[str, MessageBudget] = {}
 
-    async def submit(self, caller: Caller, conversation_id: str, text: str) -> Intake:
+    async def submit(
+        self, caller: Caller, conversation_id: str, text: str, *, streamed_here: bool = False
+    ) -> Intake:
         """Start a run for the caller's message, or queue it FIFO behind the conversation's active
         run. The caller is authenticated, and the message stored in the chat record, in the
-        transaction that accepts the run."""
+        transaction that accepts the run.
+
+        `streamed_here`: the caller reads the run's events from this request (`POST …/runs/stream`),
+        so a run started now cannot get ahead of its stream: it executes from the run and the event
+        id this intake committed, without reading them again. A client that opens its stream with a
+        second request needs that read: it lets the stream open before the run's first step takes
+        the event loop (`RunExecutor._execute`)."""
         slot = _SlotReservation()
         try:
             with self.intake.accepting():
@@ -107,7 +119,8 @@ class RunService:
                 self.worker.release_slot(slot.user_id)
             raise
         if intake.started:  # committed as started: it runs here
-            self.worker.launch(intake.run.id, conversation_id, slot.user_id)
+            claimed = ClaimedRun(intake.run, intake.first_event_id) if streamed_here else None
+            self.worker.launch(intake.run.id, conversation_id, slot.user_id, claimed=claimed)
         else:
             self.worker.nudge(queued=True)
         return intake
@@ -196,7 +209,7 @@ class RunService:
             title_if_untitled=automatic_title(text) if not conversation.title else None,
         )
         self.events.stored(session, run.id, [stored])
-        return intake
+        return dataclasses.replace(intake, first_event_id=stored.id)
 
     def _why_no_slot(self, user_id: str) -> str:
         return USER_RUN_LIMIT if self.worker.user_at_limit(user_id) else WORKERS_BUSY
