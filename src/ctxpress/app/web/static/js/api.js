@@ -126,11 +126,12 @@ export class Api {
       signal: stream.signal,
     });
     const location = response.headers.get("Location") || "";
-    return {
-      runId: decodeURIComponent(location.slice(location.lastIndexOf("/") + 1)),
-      response,
-      close: () => stream.abort(),
-    };
+    const runId = decodeURIComponent(location.slice(location.lastIndexOf("/") + 1));
+    if (!runId) {
+      stream.abort();
+      throw new ApiError(response.status, { message: "the service answered without naming the run" });
+    }
+    return { runId, response, close: () => stream.abort() };
   }
 
   /**
