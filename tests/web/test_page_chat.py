@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from .conftest import WebService
 from .support import SLOW_REPLY
@@ -138,3 +138,41 @@ def test_a_message_and_its_run_stream_travel_in_one_request(page: Page, web_serv
     assert [method for method, url in runs if url.endswith("/runs/stream")] == ["POST"], runs
     assert not [url for _, url in runs if url.endswith("/events")], runs
     assert not [url for method, url in runs if method == "POST" and url.endswith("/runs")], runs
+
+
+def test_a_stream_that_ends_before_its_run_is_continued(page: Page, web_service: WebService) -> None:
+    """A run's stream that ends cleanly before `run_finished` (a proxy's idle timeout, a process
+    that stopped) is continued with `GET …/events` and `Last-Event-ID`, not taken for the run's
+    end: the reply is shown whole, once. Here the browser gets the message's real answer cut after
+    its first `message_delta` event."""
+    cut_bodies: list[str] = []
+
+    def cut_after_first_delta(route: Route) -> None:
+        response = route.fetch()  # the whole stream: the run has finished when it returns
+        blocks = response.text().replace("\r\n", "\n").split("\n\n")  # sse-starlette ends lines with CRLF
+        first_delta = next(i for i, block in enumerate(blocks) if "event: message_delta" in block)
+        cut = "\n\n".join(blocks[: first_delta + 1]) + "\n\n"
+        cut_bodies.append(cut)
+        route.fulfill(response=response, body=cut)
+
+    resumed: list[str] = []
+    page.on(
+        "request",
+        lambda request: (
+            resumed.append(request.headers.get("last-event-id", ""))
+            if request.url.endswith("/events")
+            else None
+        ),
+    )
+    sign_in(page, web_service.url, web_service.token)
+    new_conversation(page, "writer", title="Cut stream")
+    page.route("**/runs/stream", cut_after_first_delta)
+    send(page, "给我一个三日行程")
+    wait_idle(page)
+    assert cut_bodies and "run_finished" not in cut_bodies[0]
+    assert len(resumed) == 1 and resumed[0], resumed  # continued once, after what it had read
+    replies = page.locator("#chat-log .msg-assistant .msg-text")
+    expect(replies).to_have_count(1)
+    expect(replies.last.locator("h2")).to_have_text("北京三日行程")
+    expect(replies.last.locator("table td").nth(3)).to_have_text("30 元")
+    expect(page.locator("#chat-log .note-error")).to_have_count(0)

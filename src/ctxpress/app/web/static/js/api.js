@@ -1,7 +1,10 @@
 // The JSON API of the service: bearer token, JSON errors, and SSE read with fetch() (EventSource
 // cannot send the Authorization header).
 
-import { ERROR_CODES } from "./vocabulary.js";
+import { ERROR_CODES, EVENTS } from "./vocabulary.js";
+
+/** Events after which the service ends a run's stream: the run finished, or waits for an answer. */
+const STREAM_ENDING_EVENTS = new Set([EVENTS.RUN_FINISHED, EVENTS.INTERRUPT]);
 
 const TOKEN_KEY = "ctxpress.token";
 
@@ -137,12 +140,14 @@ export class Api {
   /**
    * Follow a run's events until the service ends the stream (run finished or waiting for input),
    * reading `opened` first when given (what `startRun` resolved with; `signal` closes it too).
-   * Reconnects after network failures with `Last-Event-ID`, so no event is lost or repeated.
+   * Reconnects with `Last-Event-ID` after a network failure, and after a stream that ended before
+   * the run did (a proxy's idle timeout, a process that stopped), so no event is lost or repeated.
    * `onEvent(type, data, id)`; resolves with the last event id.
    */
   async followRun(runId, { after = "0", onEvent, signal, maxRetries = 8, opened = null } = {}) {
     let cursor = String(after);
     let failures = 0;
+    let ended = false; // the run's last event of this stream has arrived
     let response = opened?.response ?? null;
     if (opened && signal?.aborted) opened.close();
     else if (opened) signal?.addEventListener("abort", opened.close, { once: true });
@@ -171,12 +176,14 @@ export class Api {
           } catch {
             data = { raw: event.data };
           }
+          if (STREAM_ENDING_EVENTS.has(event.event)) ended = true;
           onEvent(event.event, data, id);
         }
-        return cursor;
+        if (ended) return cursor;
+        throw new Error("the run's stream ended before the run did");
       } catch (exc) {
         response = null;
-        if (signal?.aborted || exc?.name === "AbortError") return cursor;
+        if (ended || signal?.aborted || exc?.name === "AbortError") return cursor;
         const permanent = exc instanceof ApiError && exc.status >= 400 && exc.status < 500 && exc.status !== 429;
         failures += 1;
         if (permanent || failures > maxRetries) throw exc;
