@@ -129,7 +129,9 @@ async def create_run(
     """Send a message: the run starts now, or waits FIFO behind the conversation's active run. The
     message is in the chat record from this answer on; while a manual compression holds the
     conversation it is refused (409 `compressing`, `Retry-After`). An untitled conversation is
-    named after its first message."""
+    named after its first message. A client that will read the run should send with `POST
+    …/runs/stream` instead: a stream opened afterwards receives what the run produced meanwhile as
+    a catch-up."""
     # One transaction authenticates the caller, checks the owner, stores the message and the run,
     # and names the conversation.
     intake = await services.runs.submit(caller, conversation_id, body.input)
