@@ -12,8 +12,10 @@ minus production time, one clock). Checked per turn: the text of the `message_de
 SQLite (the embedded default: in-process live bus) and one on PostgreSQL + Redis, each read two
 ways -- `POST …/runs` then `GET /api/runs/{id}/events`, and "one request": `POST …/runs/stream`,
 the message and its run's stream in one response, as the page sends -- and two processes on
-PostgreSQL + Redis where each conversation posts to one process and reads its stream from the
-other (every delta crosses Redis).
+PostgreSQL + Redis, where each conversation either posts to one process and reads its stream from
+the other (every delta crosses Redis), or sends and reads in one request to one of them (the
+conversations split between the processes, as behind a load balancer; the live events still go
+through Redis).
 
 Two processes: the offline load of `bench/service_load.py` (50 conversations × 2 turns, the default
 agent with the built-in offline model) on PostgreSQL + Redis, served by one process and then by
@@ -641,7 +643,8 @@ def report(
             f"Goal: delivery lag p95 ≤ {GOAL_LAG_P95_MS:.0f} ms in every set-up: {verdict} (worst {worst:.0f} ms; "
             f'the tokens produced after their stream opened: worst p95 {worst_live:.0f} ms). "one request": '
             "each conversation sends its message with `POST …/runs/stream` and reads the run from that "
-            "response (as the page does); the other set-ups post, then open `GET …/events`.",
+            "response (as the page does); the other set-ups post, then open `GET …/events` (with two "
+            "processes: from the other one).",
             "",
         ]
     if cancels:
@@ -717,6 +720,17 @@ def main(argv: list[str] | None = None) -> None:
             )
             streams.append(
                 streaming_phase("2 processes, PostgreSQL + Redis", "postgresql", 2, True, n, scratch)
+            )
+            streams.append(
+                streaming_phase(
+                    "2 processes, PostgreSQL + Redis, one request",
+                    "postgresql",
+                    2,
+                    True,
+                    n,
+                    scratch,
+                    one_request=True,
+                )
             )
         if args.only in (None, "cancel"):
             print("cancel across processes (PostgreSQL + Redis):", flush=True)
