@@ -69,6 +69,27 @@ GOAL_CANCEL_S = 0.2
 
 
 @dataclass(frozen=True)
+class StreamingSetUp:
+    name: str
+    backend: str
+    processes: int
+    redis: bool
+    #: `POST …/runs/stream` (the message and its stream in one response) instead of `POST …/runs`,
+    #: then `GET …/events` (from the next process when there are several).
+    one_request: bool = False
+
+
+STREAMING_SETUPS: tuple[StreamingSetUp, ...] = (
+    StreamingSetUp("1 process, SQLite", "sqlite", 1, False),
+    StreamingSetUp("1 process, SQLite, one request", "sqlite", 1, False, one_request=True),
+    StreamingSetUp("1 process, PostgreSQL + Redis", "postgresql", 1, True),
+    StreamingSetUp("1 process, PostgreSQL + Redis, one request", "postgresql", 1, True, one_request=True),
+    StreamingSetUp("2 processes, PostgreSQL + Redis", "postgresql", 2, True),
+    StreamingSetUp("2 processes, PostgreSQL + Redis, one request", "postgresql", 2, True, one_request=True),
+)
+
+
+@dataclass(frozen=True)
 class Sizes:
     streaming_conversations: int
     offline_conversations: int
@@ -336,32 +357,25 @@ async def drive_streaming(
     return result
 
 
-def streaming_phase(
-    name: str,
-    backend: str,
-    count: int,
-    use_redis: bool,
-    conversations: int,
-    scratch: Path,
-    one_request: bool = False,
-) -> StreamResult:
+def streaming_phase(setup: StreamingSetUp, conversations: int, scratch: Path) -> StreamResult:
+    name = setup.name
     root = scratch / name.replace(" ", "-").replace("+", "")
     with contextlib.ExitStack() as stack:
-        settings = stack.enter_context(service_settings(backend, root))
+        settings = stack.enter_context(service_settings(setup.backend, root))
         env = {
             "CTXPRESS_MAX_CONCURRENT_RUNS": str(min(256, conversations)),
             "CTXPRESS_MAX_RUNS_PER_USER": str(min(256, conversations)),
             "CTXPRESS_BENCH_TOKENS": str(TOKENS),
             "CTXPRESS_BENCH_TOKENS_PER_S": str(TOKENS_PER_S),
         }
-        if use_redis:
+        if setup.redis:
             env |= {
                 "CTXPRESS_REDIS_URL": REDIS_URL,
                 "CTXPRESS_REDIS_KEY_PREFIX": stack.enter_context(redis_prefix()),
             }
         token = create_user(settings, "bench")
-        processes = stack.enter_context(services(settings, root, PACED_COMMAND, count, env))
-        result = asyncio.run(drive_streaming(processes, token, conversations, name, one_request))
+        processes = stack.enter_context(services(settings, root, PACED_COMMAND, setup.processes, env))
+        result = asyncio.run(drive_streaming(processes, token, conversations, name, setup.one_request))
     print(
         f"  {name}: {len(result.finished)}/{conversations} turns in {result.elapsed_s:.1f} s, lag p95 "
         f"{percentile(result.lags, 0.95):.0f} ms (tokens produced after the stream opened: "
@@ -698,40 +712,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.only in (None, "streaming"):
             print("streaming:", flush=True)
             n = sizes.streaming_conversations
-            streams.append(streaming_phase("1 process, SQLite", "sqlite", 1, False, n, scratch))
-            streams.append(
-                streaming_phase(
-                    "1 process, SQLite, one request", "sqlite", 1, False, n, scratch, one_request=True
-                )
-            )
-            streams.append(
-                streaming_phase("1 process, PostgreSQL + Redis", "postgresql", 1, True, n, scratch)
-            )
-            streams.append(
-                streaming_phase(
-                    "1 process, PostgreSQL + Redis, one request",
-                    "postgresql",
-                    1,
-                    True,
-                    n,
-                    scratch,
-                    one_request=True,
-                )
-            )
-            streams.append(
-                streaming_phase("2 processes, PostgreSQL + Redis", "postgresql", 2, True, n, scratch)
-            )
-            streams.append(
-                streaming_phase(
-                    "2 processes, PostgreSQL + Redis, one request",
-                    "postgresql",
-                    2,
-                    True,
-                    n,
-                    scratch,
-                    one_request=True,
-                )
-            )
+            for setup in STREAMING_SETUPS:
+                streams.append(streaming_phase(setup, n, scratch))
         if args.only in (None, "cancel"):
             print("cancel across processes (PostgreSQL + Redis):", flush=True)
             cancels = cancel_phase(scratch)

@@ -38,7 +38,13 @@ from ctxpress.app.testing.token_samples import (
     locale_dir,
 )
 from ctxpress.tokens.estimate import estimate
-from fit_token_profiles import DEFAULT_FAMILIES, FITTED_FAMILIES, TokenTable, fit_profiles
+from fit_token_profiles import (
+    DEFAULT_FAMILIES,
+    FITTED_FAMILIES,
+    TokenTable,
+    fit_profiles,
+    one_token_ideographs,
+)
 from shared_data import require_data_dir
 
 GOAL_MARE = 0.08
@@ -80,24 +86,11 @@ class HeldOut:
 IDEOGRAPH: Final = re.compile(r"[\u4000-\u9fff]")
 
 
-class SplitIdeographs:
-    """Per family, which ideographs its tokenizer spends more than one token on (each asked once)."""
-
-    def __init__(self, table: TokenTable) -> None:
-        self.table = table
-        self._tokens: dict[tuple[str, str], int] = {}
-
-    def share(self, family: str, samples: Sequence[TextSample]) -> float:
-        """Of the ideographs in `samples`, the share `family` splits (0 when there are none)."""
-        count = self.table.count(family)
-        ideographs = [char for sample in samples for char in IDEOGRAPH.findall(sample.text)]
-        split = 0
-        for char in ideographs:
-            tokens = self._tokens.get((family, char))
-            if tokens is None:
-                tokens = self._tokens[(family, char)] = count(char)
-            split += tokens > 1
-        return split / len(ideographs) if ideographs else 0.0
+def split_share(one_token: frozenset[str], samples: Sequence[TextSample]) -> float:
+    """Of the ideographs in `samples`, the share outside `one_token` (a family's one-token
+    ideographs, `fit_token_profiles.one_token_ideographs`); 0 when there are none."""
+    ideographs = [char for sample in samples for char in IDEOGRAPH.findall(sample.text)]
+    return sum(char not in one_token for char in ideographs) / len(ideographs) if ideographs else 0.0
 
 
 def _relative(
@@ -121,7 +114,7 @@ def leave_one_source_out(verbose: bool = True, chinese_catalogs: bool = False) -
     calib = [s for lang in CALIBRATION_LANGUAGES for s in fit_half(gettext_catalog_samples(lang))]
     table = TokenTable(load_real_tokenizers())
     sources = sorted({source for samples in goal.values() for s in samples for source in sources_of(s)})
-    splits = SplitIdeographs(table)
+    one_token = {family: frozenset(one_token_ideographs(table.count(family))) for family in FITTED_FAMILIES}
     results: list[HeldOut] = []
     for number, source in enumerate(sources, 1):
         train = [s for kind in TEXT_TYPES for s in fit_half(goal[kind]) if source not in sources_of(s)]
@@ -138,7 +131,7 @@ def leave_one_source_out(verbose: bool = True, chinese_catalogs: bool = False) -
                 # `default` aims at DEFAULT_FAMILIES: how far apart they and this family are.
                 banded = [counts[f] for f in {*DEFAULT_FAMILIES, family}]
                 spread = statistics.fmean(max(row) / min(row) for row in zip(*banded, strict=True))
-                split_share = splits.share(family, held)
+                split = split_share(one_token[family], held)
                 for profile in {"default", family if family in PROFILE_FAMILIES else "default"}:
                     relative = _relative(held, tuple(float(w) for w in profiles[profile]), reals)
                     results.append(
@@ -150,7 +143,7 @@ def leave_one_source_out(verbose: bool = True, chinese_catalogs: bool = False) -
                             statistics.fmean(abs(x) for x in relative),
                             statistics.fmean(relative),
                             spread,
-                            split_share,
+                            split,
                         )
                     )
     return results
