@@ -24,9 +24,11 @@ from langchain_core.messages.utils import count_tokens_approximately
 
 from common import Reloader, Thread, build_thread
 from ctxpress.tokens import TokenCounter, features_batch
+from ctxpress.tokens import features as features_module
 from ctxpress.tokens.class_counts import NUMPY_CLASS_COUNTS, pure_class_counts
 from ctxpress.tokens.features import features_of
 from middleware_overhead import cold_count
+from scans import scan_paths
 
 RUNS = 15
 
@@ -75,7 +77,8 @@ def main() -> None:
         )
 
     cases: dict[str, Callable[[list[BaseMessage]], Callable[[], object]]] = {
-        "cold": lambda messages: cold_count(thread, messages, "numpy"),
+        "cold": lambda messages: cold_count(thread, messages, "installed"),
+        "cold, without the C scan": lambda messages: cold_count(thread, messages, "numpy"),
         "cold, pure fallback": lambda messages: cold_count(thread, messages, "pure"),
         "cold, len() for the scan": lambda messages: cold_count(thread, messages, "len"),
         "reload": reload,
@@ -93,14 +96,16 @@ def main() -> None:
     approx = statistics.median(seconds["count_tokens_approximately"])
     print(
         f"thread: {len(thread.messages)} messages, {thread.tokens:,} estimated tokens; numpy: "
-        f"{'yes' if features_batch.NUMPY_TEXTS_FEATURES else 'no'}\n"
+        f"{'yes' if features_batch.NUMPY_TEXTS_FEATURES else 'no'}; C scan: "
+        f"{'yes' if features_module.COMPILED_SCAN else 'no'}\n"
     )
     print("| count | p50 ms | ÷ chars/4 |\n| --- | --- | --- |")
     for name, values in seconds.items():
         value = statistics.median(values)
         print(f"| {name} | {value * 1e3:.3f} | {value / approx:.2f}× |")
 
-    texts = first_count_texts(thread, reloader)
+    with scan_paths("numpy"):  # the batch prefetch that gathers them runs without the C walk
+        texts = first_count_texts(thread, reloader)
     pure_ms = median_ms(
         lambda: [features_of(t, t.encode("utf-8", "surrogatepass"), pure_class_counts) for t in texts]
     )

@@ -64,9 +64,9 @@ from common import (
 )
 from ctxpress.compaction import CompactionCache, compact_view
 from ctxpress.config import CompressionConfig
-from ctxpress.tokens import TokenCounter, count_request_tokens, features_batch
-from ctxpress.tokens import features as features_module
+from ctxpress.tokens import TokenCounter, count_request_tokens
 from ctxpress.workdir import LocalWorkdir
+from scans import scan_paths
 
 MARKER = "overhead"
 COMMAND = ".venv/bin/python bench/middleware_overhead.py"
@@ -325,8 +325,9 @@ class Diagnosis:
     count_reload: Timing  # the same, on a reload of equal messages in new objects
     exact_reload: Timing  # the per-content count without the memo, on a reload
     release: Timing  # freeing one loaded copy of the thread (what adopting a reload frees)
-    cold: Timing  # one count of new objects by a fresh counter (the batch scan when numpy is there)
-    cold_pure: Timing  # the same with numpy's paths off (the pure-Python fallback)
+    cold: Timing  # one count of new objects by a fresh counter, as installed (the C walk where built)
+    cold_numpy: Timing  # the same without the C scan (numpy's batch scan where numpy is installed)
+    cold_pure: Timing  # the same with neither (the pure-Python fallback)
     cold_no_scan: Timing  # the same with every text "estimated" by len(): the bookkeeping alone
     approx: Timing  # count_tokens_approximately on new objects (the peers' count)
     encode: Timing  # encoding every string content of the thread to UTF-8 (a scan's first step)
@@ -368,7 +369,8 @@ def diagnose(thread: Thread, root: Path, runs: Runs) -> Diagnosis:
     )
     cold = time_interleaved(
         {
-            "cold": lambda: _cold_count(bench, "numpy"),
+            "cold": lambda: _cold_count(bench, "installed"),
+            "numpy": lambda: _cold_count(bench, "numpy"),
             "pure": lambda: _cold_count(bench, "pure"),
             "no scan": lambda: _cold_count(bench, "len"),
             "approx": lambda: partial(count_tokens_approximately, bench.reloader.load()),
@@ -393,6 +395,7 @@ def diagnose(thread: Thread, root: Path, runs: Runs) -> Diagnosis:
         reloaded["exact"],
         reloaded["release"],
         cold["cold"],
+        cold["numpy"],
         cold["pure"],
         cold["no scan"],
         cold["approx"],
@@ -407,21 +410,17 @@ def _cold_count(bench: Bench, scan: str) -> Callable[[], object]:
 
 
 def cold_count(thread: Thread, messages: list[BaseMessage], scan: str) -> Callable[[], object]:
-    """One whole-request count of `messages` (new objects) by a fresh counter, with the scan `scan`:
-    "numpy" (as installed), "pure" (numpy's paths off: the fallback) or "len" (no scan at all)."""
+    """One whole-request count of `messages` (new objects) by a fresh counter, with the scan `scan`
+    (`common.scan_paths`: "installed", "numpy", "pure"), or "len": no scan at all, every text
+    "estimated" by its length (the bookkeeping alone)."""
     counter = TokenCounter()
     if scan == "len":
         cache = counter._caches("default")[0]
         cache.count_text, cache.count_texts = len, map_len
 
     def run() -> None:
-        saved = features_module.NUMPY_CLASS_COUNTS, features_batch.NUMPY_TEXTS_FEATURES
-        if scan == "pure":
-            features_module.NUMPY_CLASS_COUNTS, features_batch.NUMPY_TEXTS_FEATURES = None, None
-        try:
+        with scan_paths("pure" if scan == "len" else scan):
             counter.count_request(messages, thread.system, thread.tools, immutable_messages=True)
-        finally:
-            features_module.NUMPY_CLASS_COUNTS, features_batch.NUMPY_TEXTS_FEATURES = saved
 
     return run
 
@@ -462,13 +461,16 @@ def explain(diagnosis: Diagnosis, rows: list[Row]) -> list[str]:
         f"previous copy, and freeing one loaded copy of this thread alone takes "
         f"{diagnosis.release.p50_ms:.3f} ms. The count without the memo (hashing every new string) takes "
         f"{diagnosis.exact_reload.p50_ms:.3f} ms on the same reload.",
-        f"- cold (a first sight of the thread): the memo's misses are counted after its loop, once "
-        f"`messages.prefetch_texts` has estimated every new text and tool call in one batch "
-        f"(`features_batch`: one numpy scan of all their bytes); one count takes "
+        f"- cold (a first sight of the thread): the memo's misses are counted after its loop in one "
+        f"call (`messages.count_new_messages`): where the C extension was built, one C walk reads "
+        f"and estimates the messages' texts and tool calls (`_scan.first_sight`); one count takes "
         f"{diagnosis.cold.p50_ms:.3f} ms ({diagnosis.cold.p50_ms / diagnosis.approx.p50_ms:.1f}× "
-        f"`count_tokens_approximately` on the same objects, {diagnosis.approx.p50_ms:.3f} ms), "
-        f"{diagnosis.cold_pure.p50_ms:.3f} ms without numpy (the pure-Python fallback, a scan per "
-        f"text), and {diagnosis.cold_no_scan.p50_ms:.3f} ms with `len()` in place of the scan -- "
+        f"`count_tokens_approximately` on the same objects, {diagnosis.approx.p50_ms:.3f} ms). "
+        f"Without the C scan, every new text and tool call is estimated in one batch first "
+        f"(`messages.prefetch_texts`, one numpy scan of all their bytes): "
+        f"{diagnosis.cold_numpy.p50_ms:.3f} ms; without numpy too (the pure-Python fallback, a scan "
+        f"per text) {diagnosis.cold_pure.p50_ms:.3f} ms, and {diagnosis.cold_no_scan.p50_ms:.3f} ms "
+        f"with `len()` in place of the scan -- "
         f"the per-message and per-text bookkeeping (fields, cache keys, JSON of tool arguments, "
         f"stores) alone. Encoding the string contents to UTF-8, the scan's first step, takes "
         f"{diagnosis.encode.p50_ms:.3f} ms. The token counter pays this once per text, so in a "

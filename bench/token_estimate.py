@@ -48,9 +48,11 @@ from ctxpress.app.testing.token_samples import (
     real_thread,
 )
 from ctxpress.tokens import TokenCounter, count_request_tokens, estimate_tokens
+from ctxpress.tokens import features as features_module
 from ctxpress.tokens.counter import REQUEST_OVERHEAD_TOKENS
 from ctxpress.tokens.exact import load_exact_counter
 from ctxpress.tokens.messages import MESSAGE_OVERHEAD_TOKENS, NAME_OVERHEAD_TOKENS, TOOL_CALL_OVERHEAD_TOKENS
+from scans import scan_paths
 from shared_data import require_data_dir
 from token_loso import loso_section
 
@@ -188,18 +190,39 @@ def throughput_section(
 ) -> list[str]:
     corpora = {kind: [s.text for s in samples] for kind, samples in groups.items() if kind in TEXT_TYPES}
     corpora["all types"] = [text for texts in list(corpora.values()) for text in texts]
-    counters: dict[str, Callable[[str], int]] = {
-        "ctxpress estimate_tokens": estimate_tokens,
+    compiled = features_module.COMPILED_SCAN is not None
+    # (label, counter, the scan it runs with: `common.scan_paths`)
+    counters: list[tuple[str, Callable[[str], int], str]] = [
+        *(
+            [
+                ("ctxpress estimate_tokens, C scan", estimate_tokens, "installed"),
+                (
+                    "ctxpress estimate_tokens, cl100k profile, C scan",
+                    partial(estimate_tokens, profile="cl100k"),
+                    "installed",
+                ),
+            ]
+            if compiled
+            else []
+        ),
+        ("ctxpress estimate_tokens, pure Python", estimate_tokens, "pure"),
         # The one profile that also searches for the ideographs it splits (`tokens.ideographs`).
-        "ctxpress estimate_tokens, cl100k profile": partial(estimate_tokens, profile="cl100k"),
-        "chars/4": chars_over_four,
-        **{f"{tok.label}": tok.count for tok in tokenizers.values()},
+        (
+            "ctxpress estimate_tokens, cl100k profile, pure Python",
+            partial(estimate_tokens, profile="cl100k"),
+            "pure",
+        ),
+        ("chars/4", chars_over_four, "installed"),
+        *((f"{tok.label}", tok.count, "installed") for tok in tokenizers.values()),
         # Exact counting as ctxpress does it on a first sight of each text (uncached).
-        **{f"ctxpress `{profile_label(profile)}`": load_exact_counter(profile) for profile in exact},
-    }
+        *(
+            (f"ctxpress `{profile_label(profile)}`", load_exact_counter(profile), "installed")
+            for profile in exact
+        ),
+    ]
     header = ["counter", *corpora]
     rows = []
-    for label, count in counters.items():
+    for label, count, scan in counters:
         row = [label]
         for texts in corpora.values():
             megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
@@ -208,7 +231,8 @@ def throughput_section(
                 for text in texts:
                     count(text)
 
-            seconds = _best_seconds(run, repeat=3 if label.startswith(("ctxpress", "chars")) else 1)
+            with scan_paths(scan):
+                seconds = _best_seconds(run, repeat=3 if label.startswith(("ctxpress", "chars")) else 1)
             row.append(f"{megabytes / seconds:,.0f}")
         rows.append(row)
     sizes = ", ".join(
@@ -216,15 +240,24 @@ def throughput_section(
     )
     one_text = "\n".join(corpora["all types"])
     one_mb = len(one_text.encode("utf-8")) / 1e6
-    one_seconds = _best_seconds(lambda: estimate_tokens(one_text), repeat=5)
+    one_seconds = {}
+    for scan in ("installed", "pure") if compiled else ("pure",):
+        with scan_paths(scan):
+            one_seconds[scan] = _best_seconds(lambda: estimate_tokens(one_text), repeat=5)
+    one_line = ", ".join(
+        f"{'C scan' if scan == 'installed' else 'pure Python'} {one_mb / seconds:,.0f} MB/s"
+        for scan, seconds in one_seconds.items()
+    )
     return [
         "**Throughput**, MB/s of UTF-8 text, each sample counted separately (eval half; "
-        f"{sizes}). Goal for the estimator: >= 50 MB/s in pure Python. chars/4 is O(1) per text, "
-        "so its figure only measures call overhead.",
+        f"{sizes}). Goal for the estimator: >= 50 MB/s in pure Python; the C scan "
+        f"(`ctxpress.tokens._scan`, built where a C compiler is available) "
+        f"{'was' if compiled else 'was not'} built for this run. chars/4 is O(1) per text, so its "
+        "figure only measures call overhead.",
         "",
         *_table(header, rows),
         "",
-        f"All eval samples as one {one_mb:.1f} MB text: estimate_tokens {one_mb / one_seconds:,.0f} MB/s.",
+        f"All eval samples as one {one_mb:.1f} MB text, estimate_tokens: {one_line}.",
         "",
     ]
 

@@ -33,6 +33,30 @@ def require_shared_data(*parts: str) -> Path:
     return path
 
 
+#: The token scans a test can ask for (`use_scan`): the C extension, and the Python fallback.
+SCANS = ("compiled", "pure")
+
+
+def use_scan(monkeypatch: pytest.MonkeyPatch, scan: str) -> None:
+    """Count with `scan` for the rest of the test. "compiled" skips when the C extension was not
+    built (fails under CI=true, whose install builds it); "pure" turns it off."""
+    from ctxpress.tokens import features
+
+    if scan == "pure":
+        monkeypatch.setattr(features, "COMPILED_SCAN", None)
+    elif features.COMPILED_SCAN is None:
+        reason = "the C scan ctxpress.tokens._scan was not built (setup.py needs a C compiler)"
+        if IN_CI:
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def pure_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pure-Python scan, whether or not the C extension was built."""
+    use_scan(monkeypatch, "pure")
+
+
 @pytest.fixture
 def shared_data() -> Path:
     return require_shared_data()

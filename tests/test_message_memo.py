@@ -29,7 +29,7 @@ from ctxpress.tokens.counter import REQUEST_OVERHEAD_TOKENS
 from ctxpress.tokens.estimate import profile_weights
 from ctxpress.tokens.estimate_cache import CACHE_MAX_CHARS, CACHE_MAX_ENTRIES, EstimateCache
 from ctxpress.tokens.message_memo import REQUEST_RECORDS_MAX_ENTRIES, MessageMemo, message_fields
-from ctxpress.tokens.messages import message_tokens
+from ctxpress.tokens.messages import each_message_tokens, message_tokens
 from ctxpress.tools.traces import iter_conversations
 
 
@@ -134,9 +134,9 @@ def test_s12_memo_reloaded_copies_are_found_by_id_and_adopted(counter: TokenCoun
 def test_s12_memo_adopts_reloaded_copies() -> None:
     memo, cache = MessageMemo(), _estimate_cache()
     messages = _thread()
-    first = memo.total(messages, message_tokens, cache)
+    first = memo.total(messages, each_message_tokens, cache)
     copies = _reload(messages)
-    assert memo.total(copies, message_tokens, cache) == first
+    assert memo.total(copies, each_message_tokens, cache) == first
     # Adopted: the thread's record now holds the new objects' fields, so that the next call
     # compares identical objects.
     latest_fields, latest_total = memo.requests[(copies[0].id, copies[1].id)][0]
@@ -162,11 +162,11 @@ def test_s12_memo_a_reloaded_thread_that_grew_looks_up_only_its_new_messages() -
     item 13: the reload path)."""
     memo, cache = _SpiedMemo(), _estimate_cache()
     thread = _thread()
-    assert memo.total(thread[:3], message_tokens, cache) == _exact(thread[:3]) - REQUEST_OVERHEAD_TOKENS
+    assert memo.total(thread[:3], each_message_tokens, cache) == _exact(thread[:3]) - REQUEST_OVERHEAD_TOKENS
     grown = _reload(thread)
-    assert memo.total(grown, message_tokens, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
+    assert memo.total(grown, each_message_tokens, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
     assert memo.starts == [0, 3]
-    assert memo.total(grown, message_tokens, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
+    assert memo.total(grown, each_message_tokens, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
     assert memo.starts == [0, 3]  # the same list again: nothing looked up one by one
 
 
@@ -175,11 +175,11 @@ def test_s12_memo_the_effective_messages_and_their_compacted_view_both_keep_thei
     messages = _thread()
     view = [*messages[:2], messages[2].model_copy(update={"content": "[已存入工作目录]"}), *messages[3:]]
     for _ in range(3):
-        assert memo.total(messages, message_tokens, cache) == _exact(messages) - REQUEST_OVERHEAD_TOKENS
-        assert memo.total(view, message_tokens, cache) == _exact(view) - REQUEST_OVERHEAD_TOKENS
+        assert memo.total(messages, each_message_tokens, cache) == _exact(messages) - REQUEST_OVERHEAD_TOKENS
+        assert memo.total(view, each_message_tokens, cache) == _exact(view) - REQUEST_OVERHEAD_TOKENS
     assert memo.starts == [0, 0]  # each list looked up once, then found whole
     changed = [*messages[:4], HumanMessage("换了最后一条", id="h2")]  # a prefix of neither
-    assert memo.total(changed, message_tokens, cache) == _exact(changed) - REQUEST_OVERHEAD_TOKENS
+    assert memo.total(changed, each_message_tokens, cache) == _exact(changed) - REQUEST_OVERHEAD_TOKENS
 
 
 def test_s12_memo_threads_whose_summaries_share_an_id_keep_their_own_records() -> None:
@@ -194,7 +194,7 @@ def test_s12_memo_threads_whose_summaries_share_an_id_keep_their_own_records() -
         thread[1] = HumanMessage(f"第 {index} 个对话的问题", id=f"q{index}")
     for _ in range(3):
         for thread in threads:
-            assert memo.total(thread, message_tokens, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
+            assert memo.total(thread, each_message_tokens, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
     assert memo.starts == [0, 0, 0]
 
 
@@ -202,12 +202,12 @@ def test_s12_memo_request_records_stay_bounded() -> None:
     memo, cache = MessageMemo(max_entries=1_000_000, max_tokens=2_000), _estimate_cache()
     for thread in range(3 * REQUEST_RECORDS_MAX_ENTRIES):
         messages = [HumanMessage(f"第 {thread} 个对话" + "内容" * (thread % 40), id=f"t{thread}")]
-        assert memo.total(messages, message_tokens, cache) == message_tokens(messages[0], cache)
+        assert memo.total(messages, each_message_tokens, cache) == message_tokens(messages[0], cache)
         assert len(memo.requests) <= REQUEST_RECORDS_MAX_ENTRIES
         assert memo.requests_tokens <= 2_000 // 2
         assert memo.requests_tokens == sum(t for entry in memo.requests.values() for _, t in entry)
     huge = [HumanMessage("很长的对话。" * 2_000, id="huge")]
-    assert memo.total(huge, message_tokens, cache) == message_tokens(huge[0], cache)
+    assert memo.total(huge, each_message_tokens, cache) == message_tokens(huge[0], cache)
     assert "huge" not in memo.requests
 
 
@@ -380,3 +380,43 @@ def test_s12_memo_equals_exact_count_on_every_real_trace(counter: TokenCounter, 
         assert _memo(counter, reloaded) == counter.count_request(reloaded), conversation.name
         checked += 1
     assert checked > 50
+
+
+class _RecordedCounts:
+    """`each_message_tokens`, recording which messages each call was asked for."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str | None]] = []
+
+    def __call__(self, messages: Sequence[BaseMessage], cache: EstimateCache) -> list[int]:
+        self.calls.append([message.id for message in messages])
+        return each_message_tokens(messages, cache)
+
+
+def test_s12_memo_counts_a_first_sight_in_one_call_and_then_only_what_changed() -> None:
+    """Issue 18 item 13 (the cold path): the messages a memo has not seen are counted by one call
+    of the batch counter (the compiled walk's fixed cost paid once per thread, not per message);
+    a reload asks for nothing, and a message replaced under its id is the only one asked for."""
+    memo, cache, recorded = MessageMemo(), _estimate_cache(), _RecordedCounts()
+    thread = _thread()
+    assert memo.total(thread, recorded, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
+    assert recorded.calls == [[message.id for message in thread]]
+    assert memo.total(_reload(thread), recorded, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
+    assert len(recorded.calls) == 1
+    changed = [*_reload(thread)[:-1], thread[-1].model_copy(update={"content": "新的内容"})]
+    assert memo.total(changed, recorded, cache) == _exact(changed) - REQUEST_OVERHEAD_TOKENS
+    assert recorded.calls[1:] == [[thread[-1].id]]
+    # Its earlier version moved to the second slot: going back costs no count either.
+    assert memo.total(_reload(thread), recorded, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
+    assert len(recorded.calls) == 2
+
+
+def test_s12_memo_first_sight_with_an_id_twice_keeps_both_versions() -> None:
+    """Two different messages under one id in one list (the batch store's general path): both are
+    counted right, now and when counted again."""
+    memo, cache = MessageMemo(), _estimate_cache()
+    twice = [HumanMessage("第一个版本", id="same"), HumanMessage("第二个版本，更长一些", id="same")]
+    assert memo.total(twice, each_message_tokens, cache) == _exact(twice) - REQUEST_OVERHEAD_TOKENS
+    for alone in twice:
+        assert memo.total([alone], each_message_tokens, cache) == _exact([alone]) - REQUEST_OVERHEAD_TOKENS
+    assert memo.misses == 2

@@ -114,8 +114,10 @@ def test_s12_every_profile_has_a_weight_per_feature() -> None:
 
 
 def test_s12_profiles_that_do_not_weigh_split_ideographs_never_search_for_them(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, pure_scan: None
 ) -> None:
+    """The pure scan's regex search; the compiled scan looks ideographs up only with a weight too."""
+
     def refuse(text: str, ideographs: int) -> int:
         raise AssertionError("split ideographs searched for a profile that gives them no weight")
 

@@ -27,7 +27,7 @@ from ctxpress.tokens.estimate import profile_weights
 from ctxpress.tokens.estimate_cache import CACHE_MAX_CHARS, CACHE_MAX_ENTRIES, EstimateCache
 from ctxpress.tokens.exact import is_exact_profile, load_exact_counter
 from ctxpress.tokens.message_memo import MESSAGE_MEMO_MAX_ENTRIES, MESSAGE_MEMO_MAX_TOKENS, MessageMemo
-from ctxpress.tokens.messages import message_tokens, messages_tokens, prefetch_texts
+from ctxpress.tokens.messages import count_new_messages, message_tokens, messages_tokens
 from ctxpress.tokens.tool_schemas import TOOL_SCHEMA_CACHE_MAX_ENTRIES, ToolSchemaCache
 
 __all__ = [
@@ -112,7 +112,7 @@ class TokenCounter:
         """
         cache, memo = self._caches(profile)
         if immutable_messages:
-            total = memo.total(messages, message_tokens, cache, prefetch_texts)
+            total = memo.total(messages, count_new_messages, cache)
         else:
             total = messages_tokens(messages, cache)
         if system_message is not None:

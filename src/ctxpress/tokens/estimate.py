@@ -26,18 +26,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from operator import mul
+from functools import reduce
+from operator import add, mul
 from typing import Final
 
+from ctxpress.tokens import features
 from ctxpress.tokens.exact import approximate_profile, is_exact_profile
 from ctxpress.tokens.features import FEATURE_NAMES, text_features
 from ctxpress.tokens.features_batch import texts_features
-from ctxpress.tokens.ideographs import split_ideographs
+from ctxpress.tokens.ideographs import ONE_TOKEN_IDEOGRAPH_BITMAP, split_ideographs
 from ctxpress.tokens.profile_weights import PROFILE_WEIGHTS
 
 __all__ = [
     "PROFILE_NAMES",
     "WEIGHT_NAMES",
+    "compiled_settings",
     "estimate",
     "estimate_tokens",
     "estimates",
@@ -78,30 +81,47 @@ def profile_weights(profile: str) -> tuple[float, ...]:
         ) from None
 
 
+def compiled_settings(weights: tuple[float, ...]) -> tuple[tuple[float, ...], int, int, bytes]:
+    """What the compiled scan (``features.COMPILED_SCAN``) takes after the texts to estimate them
+    as `weigh` does under `weights`."""
+    return weights, LETTERS_PER_RUN_FREE, LETTERS_PER_EXTRA_TOKEN, ONE_TOKEN_IDEOGRAPH_BITMAP
+
+
 def estimate(text: str, weights: tuple[float, ...]) -> int:
     """Tokens of `text` under `weights` (one profile's)."""
     if not text:
         return 0
+    scan = features.COMPILED_SCAN
+    if scan is not None:
+        return scan.estimates((text,), *compiled_settings(weights))[0]
     return weigh(text, text_features(text), weights)
 
 
 def estimates(texts: Sequence[str], weights: tuple[float, ...]) -> list[int]:
-    """`estimate` of each of `texts`, their features taken in one batch (``features_batch``)."""
+    """`estimate` of each of `texts`: in one C call with the compiled scan, else their features
+    taken in one batch (``features_batch``)."""
+    scan = features.COMPILED_SCAN
+    if scan is not None:
+        return scan.estimates(texts, *compiled_settings(weights))
     return [
-        weigh(text, features, weights) if text else 0
-        for text, features in zip(texts, texts_features(texts), strict=True)
+        weigh(text, text_counts, weights) if text else 0
+        for text, text_counts in zip(texts, texts_features(texts), strict=True)
     ]
 
 
-def weigh(text: str, features: Sequence[int], weights: tuple[float, ...]) -> int:
-    """The estimate of a non-empty `text` from its `features`."""
-    total = sum(map(mul, weights, features))  # the character classes' weights (map stops at features)
-    excess = features[_LETTERS] - LETTERS_PER_RUN_FREE * features[_LETTER_RUNS]
+def weigh(text: str, text_counts: Sequence[int], weights: tuple[float, ...]) -> int:
+    """The estimate of a non-empty `text` from its features (`text_counts`).
+
+    The products are added left to right (`reduce`, not `sum`, which compensates rounding from
+    Python 3.12 on), as the compiled scan adds them: both give the same estimate on every version.
+    """
+    total = reduce(add, map(mul, weights, text_counts))  # map stops at the features
+    excess = text_counts[_LETTERS] - LETTERS_PER_RUN_FREE * text_counts[_LETTER_RUNS]
     if excess > 0:
         total += excess / LETTERS_PER_EXTRA_TOKEN
     split_weight = weights[_SPLIT_IDEOGRAPHS]
-    if split_weight and features[HAN]:
-        total += split_weight * split_ideographs(text, features[HAN])
+    if split_weight and text_counts[HAN]:
+        total += split_weight * split_ideographs(text, text_counts[HAN])
     return max(1, math.ceil(total))  # a non-empty text is at least one token
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from ctxpress.tokens import features
 from ctxpress.tokens.features import (
     ALL_COUNTED,
     CLASS_TABLE,
@@ -51,19 +52,20 @@ TextsFeatures = Callable[[Sequence[str], Sequence[bytes]], list[tuple[int, ...]]
 
 
 def texts_features(texts: Sequence[str]) -> list[tuple[int, ...]]:
-    """`text_features` of each of `texts`, in order: the short ones in one batch (with numpy)."""
-    if NUMPY_TEXTS_FEATURES is None or len(texts) < BATCH_MIN_TEXTS:
+    """`text_features` of each of `texts`, in order: the short ones in one batch (with numpy and
+    without the compiled scan, whose per-text call costs less than a batch)."""
+    if features.COMPILED_SCAN is not None or NUMPY_TEXTS_FEATURES is None or len(texts) < BATCH_MIN_TEXTS:
         return [text_features(text) for text in texts]
     datas = [text.encode("utf-8", "surrogatepass") for text in texts]
     short = [index for index, data in enumerate(datas) if len(data) < BATCH_MAX_BYTES]
-    features: list[tuple[int, ...]] = [() for _ in texts]
+    counts: list[tuple[int, ...]] = [() for _ in texts]
     batch = NUMPY_TEXTS_FEATURES([texts[index] for index in short], [datas[index] for index in short])
     for index, text_features_of_index in zip(short, batch, strict=True):
-        features[index] = text_features_of_index
+        counts[index] = text_features_of_index
     for index, data in enumerate(datas):
         if len(data) >= BATCH_MAX_BYTES:
-            features[index] = text_features(texts[index])
-    return features
+            counts[index] = text_features(texts[index])
+    return counts
 
 
 def _numpy_texts_features() -> TextsFeatures | None:

@@ -15,10 +15,30 @@ from typing import Final
 
 from ctxpress.tokens.cl100k_ideographs import CL100K_ONE_TOKEN_IDEOGRAPHS
 
-__all__ = ["split_ideographs"]
+__all__ = ["ONE_TOKEN_IDEOGRAPH_BITMAP", "split_ideographs"]
 
 # Runs, not single characters: deleting one match per run is about twice as fast on Chinese text.
 _ONE_TOKEN_RUNS: Final = re.compile(f"[{re.escape(CL100K_ONE_TOKEN_IDEOGRAPHS)}]+")
+
+
+IDEOGRAPH_FIRST: Final = 0x4000
+IDEOGRAPH_LAST: Final = 0x9FFF
+
+
+def one_token_bitmap(ideographs: str) -> bytes:
+    """One bit per code point of U+4000-9FFF (bit ``k % 8`` of byte ``k // 8`` for U+4000 + k), set
+    for each of `ideographs`: how the compiled scan (``features.COMPILED_SCAN``) looks them up."""
+    bitmap = bytearray((IDEOGRAPH_LAST - IDEOGRAPH_FIRST + 1) // 8)
+    for ideograph in ideographs:
+        offset = ord(ideograph) - IDEOGRAPH_FIRST
+        if not 0 <= offset <= IDEOGRAPH_LAST - IDEOGRAPH_FIRST:
+            raise ValueError(f"{ideograph!r} is outside U+4000-9FFF, which the han feature counts")
+        bitmap[offset >> 3] |= 1 << (offset & 7)
+    return bytes(bitmap)
+
+
+#: cl100k's one-token ideographs as a bitmap, for the compiled scan.
+ONE_TOKEN_IDEOGRAPH_BITMAP: Final = one_token_bitmap(CL100K_ONE_TOKEN_IDEOGRAPHS)
 
 
 def split_ideographs(text: str, ideographs: int) -> int:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable, Sequence
+from itertools import repeat
 from operator import attrgetter
 from typing import Any, Final, TypeVar
 
@@ -57,6 +58,8 @@ FieldsGetter = Callable[[Any], tuple[Any, ...]]
 #: One memo entry: the message object last seen with the latest fields, those fields and their
 #: count, then the fields and count of the version before (or None, 0).
 Entry = tuple[Any, tuple[Any, ...], int, tuple[Any, ...] | None, int]
+#: A message not found in the memo's latest slots: its key, the message and its fields.
+Unseen = tuple[Hashable, BaseMessage, tuple[Any, ...]]
 #: The lists of message fields last counted under one thread's key, latest first, with their totals.
 Requests = tuple[tuple[list[tuple[Any, ...]], int], ...]
 #: Threads whose lists are kept (`MessageMemo.requests`): about one per live thread.
@@ -129,12 +132,12 @@ class MessageMemo:
     def total(
         self,
         messages: Sequence[BaseMessage],
-        count_message: Callable[[BaseMessage, _Context], int],
+        count_messages: Callable[[Sequence[BaseMessage], _Context], list[int]],
         context: _Context,
-        prefetch: Callable[[Sequence[BaseMessage], _Context], None] | None = None,
     ) -> int:
-        """Sum of the counts of `messages`, each taken from the memo when its fields are unchanged,
-        else `count_message(message, context)` remembered now.
+        """Sum of the counts of `messages`, each taken from the memo when its fields are unchanged;
+        the others are counted by one call of `count_messages(those messages, context)` (one count
+        per message, in order) and remembered now.
 
         A thread's list usually only grows from one call to the next, and a checkpoint reload
         brings it back in new objects: so the lists last counted are kept whole (`requests`, by the
@@ -154,7 +157,7 @@ class MessageMemo:
                 start, total, kept = size, known_total, known[1 - slot : 2 - slot]  # the other slot
                 break
         if start < len(fields):
-            total += self._sum(messages, fields, start, count_message, context, prefetch)
+            total += self._sum(messages, fields, start, count_messages, context)
         self._remember_request(request_key, ((fields, total), *kept), not known)
         return total
 
@@ -181,17 +184,17 @@ class MessageMemo:
         messages: Sequence[BaseMessage],
         all_fields: list[tuple[Any, ...]],
         start: int,
-        count_message: Callable[[BaseMessage, _Context], int],
+        count_messages: Callable[[Sequence[BaseMessage], _Context], list[int]],
         context: _Context,
-        prefetch: Callable[[Sequence[BaseMessage], _Context], None] | None,
     ) -> int:
         """Sum of the counts of `messages[start:]` (their fields in `all_fields[start:]`). The
-        young generation's latest slot is checked inline; the others are counted after the loop,
-        once `prefetch(those messages, context)` (when given) has prepared what they share: a
-        first sight of a thread counts its texts in one batch."""
-        recent = self.young.get
+        young generation's latest slot is checked inline, the other slots after the loop; the
+        messages found in none are counted in one call, so that a first sight of a thread pays one
+        batch's fixed cost (`messages.count_new_messages`), not one per message."""
+        recent, older = self.young.get, self.old.get
         total = 0
-        pending: list[tuple[Hashable, BaseMessage, tuple[Any, ...]]] = []
+        pending: list[Unseen] = []  # under a key of the memo, not in its latest young slot
+        unseen: list[Unseen] = []  # under no key of the memo
         copies: list[tuple[Hashable, Entry, Entry]] = []
         for index in range(start, len(messages)):
             message, fields = messages[index], all_fields[index]
@@ -201,14 +204,22 @@ class MessageMemo:
                 total += entry[2]
                 if entry[0] is not message:  # an equal copy (a checkpoint reload)
                     copies.append((key, entry, (message, fields, entry[2], entry[3], entry[4])))
+            elif entry is None and older(key) is None:
+                unseen.append((key, message, fields))
             else:
                 pending.append((key, message, fields))
         if copies:
             self._adopt_all(copies)
-        if pending and prefetch is not None:
-            prefetch([message for _, message, _ in pending], context)
-        for pending_key, message, fields in pending:
-            total += self.count(pending_key, message, fields, count_message, context)
+        for pending_message in pending:
+            tokens = self.recall(*pending_message)
+            if tokens is None:
+                unseen.append(pending_message)
+            else:
+                total += tokens
+        if unseen:
+            counts = count_messages([message for _, message, _ in unseen], context)
+            total += sum(counts)
+            self._put_unseen(unseen, counts)
         return total
 
     def _getter(self, message_class: type) -> FieldsGetter:
@@ -232,16 +243,9 @@ class MessageMemo:
                 else:
                     self._put_locked(key, replacement)
 
-    def count(
-        self,
-        key: Hashable,
-        message: BaseMessage,
-        fields: tuple[Any, ...],
-        count_message: Callable[[BaseMessage, _Context], int],
-        context: _Context,
-    ) -> int:
+    def recall(self, key: Hashable, message: BaseMessage, fields: tuple[Any, ...]) -> int | None:
         """The count of `message` (whose fields are `fields`) found under `key` in either
-        generation and either slot, or `count_message(message, context)` remembered now."""
+        generation and either slot, or None."""
         entry = self.young.get(key) or self.old.get(key)
         if entry is not None:
             if entry[1] == fields:
@@ -250,15 +254,57 @@ class MessageMemo:
             if entry[3] is not None and entry[3] == fields:  # the version before: swap the slots
                 self._put(key, (message, fields, entry[4], entry[1], entry[2]))
                 return entry[4]
-        self.misses += 1
-        tokens = count_message(message, context)
-        if 2 * tokens > self.max_tokens:
-            return tokens  # too big to keep alive; the count is still right, just not remembered
-        if entry is None:
-            self._put(key, (message, fields, tokens, None, 0))
-        else:
-            self._put(key, (message, fields, tokens, entry[1], entry[2]))
+        return None
+
+    def count(
+        self,
+        key: Hashable,
+        message: BaseMessage,
+        fields: tuple[Any, ...],
+        count_message: Callable[[BaseMessage, _Context], int],
+        context: _Context,
+    ) -> int:
+        """`recall`, or `count_message(message, context)` remembered now."""
+        tokens = self.recall(key, message, fields)
+        if tokens is None:
+            tokens = count_message(message, context)
+            self._put_unseen([(key, message, fields)], [tokens])
         return tokens
+
+    def _put_unseen(self, unseen: Sequence[Unseen], counts: Sequence[int]) -> None:
+        """Remember the counts of messages found in no slot, under one lock; a version found under
+        the same key moves to the second slot. A count too big to keep alive is still right, just
+        not remembered.
+
+        A first sight of a thread (keys new to the memo, all different, room in the young
+        generation) is stored in one `dict.update`."""
+        keys, messages, fields = zip(*unseen, strict=True)
+        added = sum(counts)
+        with self._lock:
+            self.misses += len(unseen)
+            young = self.young
+            if (
+                2 * (len(young) + len(keys)) <= self.max_entries
+                and 2 * (self.young_tokens + added) <= self.max_tokens
+                and young.keys().isdisjoint(keys)
+                and self.old.keys().isdisjoint(keys)
+                and len(dict.fromkeys(keys)) == len(keys)
+            ):
+                entries = zip(
+                    messages, fields, counts, repeat(None), repeat(0), strict=False
+                )  # no second slot
+                young.update(zip(keys, entries, strict=True))
+                self.young_tokens += added
+                return
+            for (key, message, message_fields), tokens in zip(unseen, counts, strict=True):
+                if 2 * tokens > self.max_tokens:
+                    continue
+                entry = young.get(key) or self.old.get(key)
+                if entry is None:
+                    self._put_locked(key, (message, message_fields, tokens, None, 0))
+                else:
+                    self._put_locked(key, (message, message_fields, tokens, entry[1], entry[2]))
+                young = self.young  # `_put_locked` may have rotated the generations
 
     def _put(self, key: Hashable, entry: Entry) -> None:
         with self._lock:

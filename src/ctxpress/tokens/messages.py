@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import json
 import marshal
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from functools import partial
 from operator import is_
 from typing import Any, Final
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
+from ctxpress.tokens import features
+from ctxpress.tokens.estimate import compiled_settings
 from ctxpress.tokens.estimate_cache import PREFETCH_MIN_TEXTS, EstimateCache
 
 __all__ = [
@@ -30,6 +33,8 @@ __all__ = [
     "MESSAGE_OVERHEAD_TOKENS",
     "NAME_OVERHEAD_TOKENS",
     "TOOL_CALL_OVERHEAD_TOKENS",
+    "count_new_messages",
+    "each_message_tokens",
     "message_tokens",
     "messages_tokens",
     "prefetch_texts",
@@ -66,15 +71,47 @@ def _freeze(value: Any) -> Hashable:
         return ("repr", repr(value))
 
 
-# What `json.dumps(value, ensure_ascii=False, default=str)` builds on every call; it keeps no state
-# between calls.
-_PROVIDER_JSON: Final = json.JSONEncoder(ensure_ascii=False, default=str)
+def _provider_encoder() -> Callable[[Any], str]:
+    """`json.dumps(value, ensure_ascii=False, default=str)`, minus the set-up it repeats per call.
+
+    `JSONEncoder.encode` builds a new C encoder (and a dict for its circularity check) on every
+    call, which costs more than encoding a typical tool call's arguments. This builds one, without
+    that dict, so that it holds no state between calls and threads may share it; a circular value
+    then exhausts the recursion limit, and the standard encoder says what is wrong.
+    """
+    standard = json.JSONEncoder(ensure_ascii=False, default=str)
+    make_encoder = getattr(json.encoder, "c_make_encoder", None)
+    encode_string = getattr(json.encoder, "c_encode_basestring", None)
+    if make_encoder is None or encode_string is None:  # an interpreter without the C accelerator
+        return standard.encode
+    chunks_of = make_encoder(
+        None,
+        standard.default,
+        encode_string,
+        None,
+        standard.key_separator,
+        standard.item_separator,
+        False,
+        False,
+        True,  # sort_keys, skipkeys, allow_nan: JSONEncoder's defaults
+    )
+
+    def encode(value: Any) -> str:
+        try:
+            return "".join(chunks_of(value, 0))
+        except RecursionError:
+            return standard.encode(value)  # ValueError("Circular reference detected"), if it is one
+
+    return encode
+
+
+_PROVIDER_JSON: Final = _provider_encoder()
 
 
 def provider_json(value: Any) -> str:
     """`value` as JSON the way providers receive tool arguments and schemas (langchain-openai:
     ensure_ascii=False)."""
-    return _PROVIDER_JSON.encode(value)
+    return _PROVIDER_JSON(value)
 
 
 _SCALAR_TYPES: Final = frozenset({str, int, float, bool, type(None)})
@@ -245,7 +282,13 @@ def _message_kind(cache: EstimateCache, message_class: type) -> int:
 
 
 def messages_tokens(messages: Sequence[BaseMessage], cache: EstimateCache) -> int:
-    """Sum over `messages` of overhead + content + name + tool calls (AI) or tool_call_id (tool).
+    """Sum over `messages` of overhead + content + name + tool calls (AI) or tool_call_id (tool)."""
+    return sum(each_message_tokens(messages, cache))
+
+
+def each_message_tokens(messages: Sequence[BaseMessage], cache: EstimateCache) -> list[int]:
+    """The tokens of each of `messages`: overhead + content + name + tool calls (AI) or
+    tool_call_id (tool).
 
     The one implementation of a message's count, written as a loop because counting a whole thread
     is the hot path: the warm path of every part is one dict lookup, and the lookups are bound once
@@ -253,11 +296,13 @@ def messages_tokens(messages: Sequence[BaseMessage], cache: EstimateCache) -> in
     """
     lookup = cache.young.get  # if the cache rotates meanwhile, misses fall through to `cache.text`
     kind_of = cache.message_kinds.get
-    total = MESSAGE_OVERHEAD_TOKENS * len(messages)
+    counts: list[int] = []
     for message in messages:
         content = message.content
         tokens = lookup(content) if content.__class__ is str else None
-        total += _content_tokens(message, content, cache) if tokens is None else tokens
+        total = MESSAGE_OVERHEAD_TOKENS + (
+            _content_tokens(message, content, cache) if tokens is None else tokens
+        )
         name = message.name
         if name:
             tokens = lookup(name)
@@ -269,7 +314,35 @@ def messages_tokens(messages: Sequence[BaseMessage], cache: EstimateCache) -> in
             total += cache.text(tool_call_id) if tokens is None else tokens
         elif kind == _AI and (message.tool_calls or message.invalid_tool_calls or message.additional_kwargs):  # type: ignore[attr-defined]
             total += _tool_calls_tokens(message, cache)  # type: ignore[arg-type]
-    return total
+        counts.append(total)
+    return counts
+
+
+_OVERHEADS: Final = (MESSAGE_OVERHEAD_TOKENS, NAME_OVERHEAD_TOKENS, TOOL_CALL_OVERHEAD_TOKENS)
+
+
+def count_new_messages(messages: Sequence[BaseMessage], cache: EstimateCache) -> list[int]:
+    """`each_message_tokens` of messages the caller has not counted before (a thread's first sight,
+    for the whole-message memo), the same numbers by the fastest way at hand:
+
+    - with the compiled scan and an estimating cache, one C walk over the messages
+      (``features.COMPILED_SCAN.first_sight``): the common shapes are read and estimated in C, any
+      other message is counted by `each_message_tokens`. The walk leaves the per-content cache as it
+      was: the memo keeps the counts, so what a first sight would add to it is seldom read again;
+    - else their texts estimated in one batch (`prefetch_texts`), then counted one by one.
+    """
+    scan = features.COMPILED_SCAN
+    if scan is not None and cache.count_texts is not None:
+        return scan.first_sight(
+            messages,
+            *compiled_settings(cache.weights),
+            cache.message_kinds,
+            _OVERHEADS,
+            provider_json,
+            partial(message_tokens, cache=cache),
+        )
+    prefetch_texts(messages, cache)
+    return each_message_tokens(messages, cache)
 
 
 def prefetch_texts(messages: Sequence[BaseMessage], cache: EstimateCache) -> None:
