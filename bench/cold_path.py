@@ -3,12 +3,14 @@
     .venv/bin/python bench/cold_path.py
 
 On the 100K-token thread of `bench/middleware_overhead.py` it times, round-robin, median of runs:
-- the cold count (new message objects, fresh `TokenCounter`) as installed (numpy's batch scan when
-  numpy is there), with numpy's paths off (the pure-Python fallback), and with every text
-  "estimated" by `len()` (the per-message and per-text bookkeeping alone);
+- the cold count (new message objects, fresh `TokenCounter`) as installed (the C walk where the
+  extension was built), without the C scan (numpy's batch scan when numpy is there), with neither
+  (the pure-Python fallback), and without the C scan with every text "estimated" by `len()` (the
+  Python path's per-message and per-text bookkeeping alone);
 - a reload count (new objects, warm counter), `count_tokens_approximately` (the peers' chars/4) and
   the UTF-8 encoding of every string content (the scan's first step);
-- the scan of the first count's texts: per text (pure) against `features_batch.texts_features`;
+- the scan of the first count's texts: per text (pure) against numpy's batch
+  (`features_batch.texts_features` without the C scan) and the C scan per text;
 - per text size, the pure class counts against numpy's whole-buffer ones: where
   `features.NUMPY_MIN_BYTES` should sit.
 """
@@ -109,10 +111,17 @@ def main() -> None:
     pure_ms = median_ms(
         lambda: [features_of(t, t.encode("utf-8", "surrogatepass"), pure_class_counts) for t in texts]
     )
-    batch_ms = median_ms(lambda: features_batch.texts_features(texts))
+    with scan_paths("numpy"):
+        batch_ms = median_ms(lambda: features_batch.texts_features(texts))
+    compiled = features_module.COMPILED_SCAN
+    compiled_line = ""
+    if compiled is not None:
+        compiled_ms = median_ms(lambda: [compiled.features(t) for t in texts])
+        compiled_line = f", the C scan per text {compiled_ms:.3f} ms ({pure_ms / compiled_ms:.1f}× faster)"
     print(
         f"\nthe first count's {len(texts)} texts ({sum(map(len, texts)):,} characters): pure scan per text "
-        f"{pure_ms:.3f} ms, `texts_features` {batch_ms:.3f} ms ({pure_ms / batch_ms:.2f}× faster)"
+        f"{pure_ms:.3f} ms, numpy's batch (`texts_features` without the C scan) {batch_ms:.3f} ms "
+        f"({pure_ms / batch_ms:.2f}× faster){compiled_line}"
     )
 
     if NUMPY_CLASS_COUNTS is None:

@@ -65,6 +65,7 @@ from common import (
 from ctxpress.compaction import CompactionCache, compact_view
 from ctxpress.config import CompressionConfig
 from ctxpress.tokens import TokenCounter, count_request_tokens
+from ctxpress.tokens.message_memo import message_fields
 from ctxpress.workdir import LocalWorkdir
 from scans import scan_paths
 
@@ -325,6 +326,7 @@ class Diagnosis:
     count_reload: Timing  # the same, on a reload of equal messages in new objects
     exact_reload: Timing  # the per-content count without the memo, on a reload
     release: Timing  # freeing one loaded copy of the thread (what adopting a reload frees)
+    read_fields: Timing  # reading each reloaded message's counted fields, nothing else
     cold: Timing  # one count of new objects by a fresh counter, as installed (the C walk where built)
     cold_numpy: Timing  # the same without the C scan (numpy's batch scan where numpy is installed)
     cold_pure: Timing  # the same with neither (the pure-Python fallback)
@@ -364,6 +366,7 @@ def diagnose(thread: Thread, root: Path, runs: Runs) -> Diagnosis:
             "memo": lambda: count(bench.reloader.load()),
             "exact": lambda: count(bench.reloader.load(), memo=False),
             "release": release,
+            "fields": lambda: partial(list, map(message_fields, bench.reloader.load())),
         },
         runs.below_fresh,
     )
@@ -394,6 +397,7 @@ def diagnose(thread: Thread, root: Path, runs: Runs) -> Diagnosis:
         reloaded["memo"],
         reloaded["exact"],
         reloaded["release"],
+        reloaded["fields"],
         cold["cold"],
         cold["numpy"],
         cold["pure"],
@@ -459,7 +463,10 @@ def explain(diagnosis: Diagnosis, rows: list[Row]) -> list[str]:
         f"cheaper than the content stays right when a message is replaced under its id by text of the "
         f"same length), and kept so the run's later calls are identity checks again; that releases the "
         f"previous copy, and freeing one loaded copy of this thread alone takes "
-        f"{diagnosis.release.p50_ms:.3f} ms. The count without the memo (hashing every new string) takes "
+        f"{diagnosis.release.p50_ms:.3f} ms. Reading the counted fields of the reloaded messages alone "
+        f"(one attribute tuple per message, in new objects whose memory is not yet in the CPU's caches; "
+        f"no comparison) takes {diagnosis.read_fields.p50_ms:.3f} ms, "
+        f"{diagnosis.read_fields.p50_ms / da_reload:.2f}× DeepAgents' whole call. The count without the memo (hashing every new string) takes "
         f"{diagnosis.exact_reload.p50_ms:.3f} ms on the same reload.",
         f"- cold (a first sight of the thread): the memo's misses are counted after its loop in one "
         f"call (`messages.count_new_messages`): where the C extension was built, one C walk reads "

@@ -19,12 +19,14 @@ from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     HumanMessage,
+    SystemMessage,
     ToolMessage,
     messages_from_dict,
     messages_to_dict,
 )
 
 from ctxpress.tokens import TokenCounter, count_request_tokens
+from ctxpress.tokens import messages as messages_module
 from ctxpress.tokens.counter import REQUEST_OVERHEAD_TOKENS
 from ctxpress.tokens.estimate import profile_weights
 from ctxpress.tokens.estimate_cache import CACHE_MAX_CHARS, CACHE_MAX_ENTRIES, EstimateCache
@@ -420,3 +422,12 @@ def test_s12_memo_first_sight_with_an_id_twice_keeps_both_versions() -> None:
     for alone in twice:
         assert memo.total([alone], each_message_tokens, cache) == _exact([alone]) - REQUEST_OVERHEAD_TOKENS
     assert memo.misses == 2
+
+
+def test_s12_a_new_counter_knows_langchain_message_classes_as_their_own_count_would() -> None:
+    """The class table a counter starts with (so that a first sight walks LangChain's messages in C
+    from the first one) says what the lookup of each class says."""
+    seeded = TokenCounter()._caches("default")[0].message_kinds
+    assert set(seeded) == {HumanMessage, SystemMessage, AIMessage, ToolMessage}
+    for message_class, kind in seeded.items():
+        assert messages_module._message_kind(_estimate_cache(), message_class) == kind

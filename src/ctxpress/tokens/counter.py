@@ -27,7 +27,12 @@ from ctxpress.tokens.estimate import profile_weights
 from ctxpress.tokens.estimate_cache import CACHE_MAX_CHARS, CACHE_MAX_ENTRIES, EstimateCache
 from ctxpress.tokens.exact import is_exact_profile, load_exact_counter
 from ctxpress.tokens.message_memo import MESSAGE_MEMO_MAX_ENTRIES, MESSAGE_MEMO_MAX_TOKENS, MessageMemo
-from ctxpress.tokens.messages import count_new_messages, message_tokens, messages_tokens
+from ctxpress.tokens.messages import (
+    count_new_messages,
+    langchain_message_kinds,
+    message_tokens,
+    messages_tokens,
+)
 from ctxpress.tokens.tool_schemas import TOOL_SCHEMA_CACHE_MAX_ENTRIES, ToolSchemaCache
 
 __all__ = [
@@ -79,10 +84,9 @@ class TokenCounter:
             with self._lock:
                 caches = self._profiles.get(profile)
                 if caches is None:
-                    caches = (
-                        EstimateCache(weights, self.max_entries, self.max_chars, count_text),
-                        MessageMemo(self.memo_max_entries, self.memo_max_tokens),
-                    )
+                    cache = EstimateCache(weights, self.max_entries, self.max_chars, count_text)
+                    cache.message_kinds.update(langchain_message_kinds())
+                    caches = (cache, MessageMemo(self.memo_max_entries, self.memo_max_tokens))
                     self._profiles[profile] = caches
         return caches
 

@@ -22,7 +22,7 @@ from functools import partial
 from operator import is_
 from typing import Any, Final
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from ctxpress.tokens import features
 from ctxpress.tokens.estimate import compiled_settings
@@ -35,6 +35,7 @@ __all__ = [
     "TOOL_CALL_OVERHEAD_TOKENS",
     "count_new_messages",
     "each_message_tokens",
+    "langchain_message_kinds",
     "message_tokens",
     "messages_tokens",
     "prefetch_texts",
@@ -279,6 +280,13 @@ def _message_kind(cache: EstimateCache, message_class: type) -> int:
         kind = _PLAIN
     cache.message_kinds[message_class] = kind
     return kind
+
+
+def langchain_message_kinds() -> dict[type, int]:
+    """`_message_kind` of LangChain's four usual message classes, for a new cache's class table: a
+    first sight then finds their kinds at once (the compiled walk hands a class it does not know yet
+    to the Python count)."""
+    return {HumanMessage: _PLAIN, SystemMessage: _PLAIN, AIMessage: _AI, ToolMessage: _TOOL}
 
 
 def messages_tokens(messages: Sequence[BaseMessage], cache: EstimateCache) -> int:
