@@ -53,6 +53,13 @@ def _estimate_cache() -> EstimateCache:
     return EstimateCache(profile_weights("default"), CACHE_MAX_ENTRIES, CACHE_MAX_CHARS)
 
 
+def _each_message_tokens(
+    messages: Sequence[BaseMessage], fields: Sequence[tuple[Any, ...]], cache: EstimateCache
+) -> list[int]:
+    """The memo's batch counter, by the Python count of each message (its fields unused)."""
+    return each_message_tokens(messages, cache)
+
+
 def _reload(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     """Equal messages in new objects, as after a checkpoint load."""
     return messages_from_dict(messages_to_dict(list(messages)))
@@ -136,9 +143,9 @@ def test_s12_memo_reloaded_copies_are_found_by_id_and_adopted(counter: TokenCoun
 def test_s12_memo_adopts_reloaded_copies() -> None:
     memo, cache = MessageMemo(), _estimate_cache()
     messages = _thread()
-    first = memo.total(messages, each_message_tokens, cache)
+    first = memo.total(messages, _each_message_tokens, cache)
     copies = _reload(messages)
-    assert memo.total(copies, each_message_tokens, cache) == first
+    assert memo.total(copies, _each_message_tokens, cache) == first
     # Adopted: the thread's record now holds the new objects' fields, so that the next call
     # compares identical objects.
     latest_fields, latest_total = memo.requests[(copies[0].id, copies[1].id)][0]
@@ -164,11 +171,11 @@ def test_s12_memo_a_reloaded_thread_that_grew_looks_up_only_its_new_messages() -
     item 13: the reload path)."""
     memo, cache = _SpiedMemo(), _estimate_cache()
     thread = _thread()
-    assert memo.total(thread[:3], each_message_tokens, cache) == _exact(thread[:3]) - REQUEST_OVERHEAD_TOKENS
+    assert memo.total(thread[:3], _each_message_tokens, cache) == _exact(thread[:3]) - REQUEST_OVERHEAD_TOKENS
     grown = _reload(thread)
-    assert memo.total(grown, each_message_tokens, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
+    assert memo.total(grown, _each_message_tokens, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
     assert memo.starts == [0, 3]
-    assert memo.total(grown, each_message_tokens, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
+    assert memo.total(grown, _each_message_tokens, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
     assert memo.starts == [0, 3]  # the same list again: nothing looked up one by one
 
 
@@ -177,11 +184,11 @@ def test_s12_memo_the_effective_messages_and_their_compacted_view_both_keep_thei
     messages = _thread()
     view = [*messages[:2], messages[2].model_copy(update={"content": "[已存入工作目录]"}), *messages[3:]]
     for _ in range(3):
-        assert memo.total(messages, each_message_tokens, cache) == _exact(messages) - REQUEST_OVERHEAD_TOKENS
-        assert memo.total(view, each_message_tokens, cache) == _exact(view) - REQUEST_OVERHEAD_TOKENS
+        assert memo.total(messages, _each_message_tokens, cache) == _exact(messages) - REQUEST_OVERHEAD_TOKENS
+        assert memo.total(view, _each_message_tokens, cache) == _exact(view) - REQUEST_OVERHEAD_TOKENS
     assert memo.starts == [0, 0]  # each list looked up once, then found whole
     changed = [*messages[:4], HumanMessage("换了最后一条", id="h2")]  # a prefix of neither
-    assert memo.total(changed, each_message_tokens, cache) == _exact(changed) - REQUEST_OVERHEAD_TOKENS
+    assert memo.total(changed, _each_message_tokens, cache) == _exact(changed) - REQUEST_OVERHEAD_TOKENS
 
 
 def test_s12_memo_threads_whose_summaries_share_an_id_keep_their_own_records() -> None:
@@ -196,7 +203,7 @@ def test_s12_memo_threads_whose_summaries_share_an_id_keep_their_own_records() -
         thread[1] = HumanMessage(f"第 {index} 个对话的问题", id=f"q{index}")
     for _ in range(3):
         for thread in threads:
-            assert memo.total(thread, each_message_tokens, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
+            assert memo.total(thread, _each_message_tokens, cache) == _exact(thread) - REQUEST_OVERHEAD_TOKENS
     assert memo.starts == [0, 0, 0]
 
 
@@ -204,12 +211,12 @@ def test_s12_memo_request_records_stay_bounded() -> None:
     memo, cache = MessageMemo(max_entries=1_000_000, max_tokens=2_000), _estimate_cache()
     for thread in range(3 * REQUEST_RECORDS_MAX_ENTRIES):
         messages = [HumanMessage(f"第 {thread} 个对话" + "内容" * (thread % 40), id=f"t{thread}")]
-        assert memo.total(messages, each_message_tokens, cache) == message_tokens(messages[0], cache)
+        assert memo.total(messages, _each_message_tokens, cache) == message_tokens(messages[0], cache)
         assert len(memo.requests) <= REQUEST_RECORDS_MAX_ENTRIES
         assert memo.requests_tokens <= 2_000 // 2
         assert memo.requests_tokens == sum(t for entry in memo.requests.values() for _, t in entry)
     huge = [HumanMessage("很长的对话。" * 2_000, id="huge")]
-    assert memo.total(huge, each_message_tokens, cache) == message_tokens(huge[0], cache)
+    assert memo.total(huge, _each_message_tokens, cache) == message_tokens(huge[0], cache)
     assert "huge" not in memo.requests
 
 
@@ -390,7 +397,10 @@ class _RecordedCounts:
     def __init__(self) -> None:
         self.calls: list[list[str | None]] = []
 
-    def __call__(self, messages: Sequence[BaseMessage], cache: EstimateCache) -> list[int]:
+    def __call__(
+        self, messages: Sequence[BaseMessage], fields: Sequence[tuple[Any, ...]], cache: EstimateCache
+    ) -> list[int]:
+        assert list(fields) == [message_fields(message) for message in messages]
         self.calls.append([message.id for message in messages])
         return each_message_tokens(messages, cache)
 
@@ -418,9 +428,9 @@ def test_s12_memo_first_sight_with_an_id_twice_keeps_both_versions() -> None:
     counted right, now and when counted again."""
     memo, cache = MessageMemo(), _estimate_cache()
     twice = [HumanMessage("第一个版本", id="same"), HumanMessage("第二个版本，更长一些", id="same")]
-    assert memo.total(twice, each_message_tokens, cache) == _exact(twice) - REQUEST_OVERHEAD_TOKENS
+    assert memo.total(twice, _each_message_tokens, cache) == _exact(twice) - REQUEST_OVERHEAD_TOKENS
     for alone in twice:
-        assert memo.total([alone], each_message_tokens, cache) == _exact([alone]) - REQUEST_OVERHEAD_TOKENS
+        assert memo.total([alone], _each_message_tokens, cache) == _exact([alone]) - REQUEST_OVERHEAD_TOKENS
     assert memo.misses == 2
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import gc
 import json
 import sys
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import pytest
@@ -35,6 +37,7 @@ from ctxpress.tokens.estimate_cache import EstimateCache
 from ctxpress.tokens.features import NUMPY_MIN_BYTES, CompiledScan, features_of, text_features
 from ctxpress.tokens.features_batch import BATCH_MIN_TEXTS, NUMPY_TEXTS_FEATURES, texts_features
 from ctxpress.tokens.ideographs import ONE_TOKEN_IDEOGRAPH_BITMAP, one_token_bitmap
+from ctxpress.tokens.message_memo import message_fields
 from ctxpress.tokens.messages import count_new_messages, each_message_tokens, message_tokens, provider_json
 from tests.conftest import IN_CI, require_shared_data, use_scan
 
@@ -286,6 +289,10 @@ def _message(draw: st.DrawFn) -> BaseMessage:
     )
 
 
+def _fields(messages: Sequence[BaseMessage]) -> list[tuple[Any, ...]]:
+    return [message_fields(message) for message in messages]
+
+
 def _fresh_cache(profile: str = "default") -> EstimateCache:
     return TokenCounter()._caches(profile)[0]
 
@@ -301,7 +308,7 @@ def test_s12_compiled_first_sight_counts_each_message_as_python_does(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(features_module, "COMPILED_SCAN", None)
         expected = each_message_tokens(messages, _fresh_cache(profile))
-    assert count_new_messages(messages, _fresh_cache(profile)) == expected
+    assert count_new_messages(messages, _fields(messages), _fresh_cache(profile)) == expected
 
 
 @needs_compiled
@@ -310,7 +317,7 @@ def test_s12_compiled_first_sight_of_a_real_thread_counts_as_python_does(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     thread = token_samples.real_thread(require_shared_data())
-    compiled = count_new_messages(thread, _fresh_cache("cl100k"))
+    compiled = count_new_messages(thread, _fields(thread), _fresh_cache("cl100k"))
     monkeypatch.setattr(features_module, "COMPILED_SCAN", None)
     assert compiled == each_message_tokens(thread, _fresh_cache("cl100k"))
 
@@ -345,6 +352,7 @@ def test_s12_compiled_first_sight_survives_a_thread_changed_while_it_is_counted(
 
     counts = _compiled().first_sight(
         messages,
+        _fields(messages),
         *compiled_settings(cache.weights),
         cache.message_kinds,
         messages_module._OVERHEADS,
@@ -401,3 +409,27 @@ def test_s12_provider_json_of_a_circular_value_says_so() -> None:
     circular["self"] = circular
     with pytest.raises(ValueError, match="Circular reference"):
         provider_json(circular)
+
+
+@needs_compiled
+def test_s12_compiled_first_sight_reads_fields_only_when_they_are_the_messages_own() -> None:
+    """Fields of another class, or of the wrong shape, are not read: those messages go to the
+    Python count, and the counts stay right; fields and messages of different lengths are refused."""
+    messages: list[BaseMessage] = [
+        HumanMessage("第一条消息", id="h"),
+        AIMessage("", id="a", tool_calls=[{"name": "search", "args": {"q": "上下文"}, "id": "c1"}]),
+        ToolMessage("结果" * 40, tool_call_id="c1", id="t"),
+    ]
+    cache = _fresh_cache()
+    expected = each_message_tokens(messages, _fresh_cache())
+    settings_and_rest = (
+        *compiled_settings(cache.weights),
+        cache.message_kinds,
+        messages_module._OVERHEADS,
+        provider_json,
+        partial(message_tokens, cache=cache),
+    )
+    swapped = [_fields(messages)[1], _fields(messages)[0], ("not", "fields")]
+    assert _compiled().first_sight(messages, swapped, *settings_and_rest) == expected
+    with pytest.raises(ValueError, match="differ in length"):
+        _compiled().first_sight(messages, _fields(messages)[:2], *settings_and_rest)

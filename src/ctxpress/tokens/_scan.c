@@ -9,14 +9,17 @@
  * - estimates(texts, weights, letters_free, letters_per_extra, one_token_bitmap): estimate.weigh of
  *   each text's features, summed left to right in double precision like functools.reduce does
  *   (built with -ffp-contract=off, so no fused multiply-add changes a rounding);
- * - first_sight(messages, weights, letters_free, letters_per_extra, one_token_bitmap, kinds,
+ * - first_sight(messages, fields, weights, letters_free, letters_per_extra, one_token_bitmap, kinds,
  *   overheads, provider_json, fallback): messages.each_message_tokens of a thread seen for the first
- *   time, walking the common message shapes here (string content, name, tool_call_id, tool calls
- *   with their provider-format mirror) and handing any other message to fallback(message).
+ *   time. It reads each message's counted fields from the tuple the whole-message memo has just
+ *   built (message_memo.message_fields: class, content, name, then tool_call_id, or tool_calls,
+ *   invalid_tool_calls, additional_kwargs), so the message objects are not read a second time;
+ *   the common shapes (string content, name, tool_call_id, tool calls with their provider-format
+ *   mirror) are counted here and any other message goes to fallback(message).
  *
  * Python code may run in the middle of first_sight (provider_json, fallback, a dict key's __eq__),
- * so every object read is held by a reference of our own while it is in use: the messages are
- * walked as a tuple copy, and each attribute or list read is a new reference.
+ * so every object read is held by a reference of our own while it is in use: the messages and
+ * their fields are walked as tuple copies, and a list or dict item is held while it is read.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -260,9 +263,16 @@ typedef struct {
     PyObject *provider_json; /* borrowed from the call's arguments */
 } Walk;
 
-/* Interned attribute and key names, created at module import. */
-static PyObject *s_content, *s_name, *s_tool_call_id, *s_tool_calls, *s_invalid_tool_calls,
-    *s_additional_kwargs, *s_args, *s_id, *s_function_call;
+/* Interned key names of a tool call and of additional_kwargs, created at module import. */
+static PyObject *s_name, *s_tool_calls, *s_args, *s_id, *s_function_call;
+
+/* Where message_memo.message_fields puts each field: class, content, name, then tool_call_id
+ * (a tool message) or tool_calls, invalid_tool_calls, additional_kwargs (an AI message). */
+enum { FIELD_CLASS, FIELD_CONTENT, FIELD_NAME, FIELD_TOOL_CALL_ID = 3, FIELD_TOOL_CALLS = 3,
+       FIELD_INVALID_TOOL_CALLS, FIELD_ADDITIONAL_KWARGS };
+#define PLAIN_FIELDS 3
+#define TOOL_FIELDS 4
+#define AI_FIELDS 6
 
 /* Outcome of counting one message here: its tokens, or "ask the fallback", or an error. */
 #define FALLBACK (-1)
@@ -329,21 +339,20 @@ static int provider_calls_mirror(PyObject *raw_calls, PyObject *calls) {
     return 1;
 }
 
-/* The tool calls of an AI message with no invalid calls; FALLBACK for anything unusual. */
-static long long ai_calls_tokens(PyObject *message, const Walk *walk) {
+/* The tool calls of an AI message (its fields tuple) with no invalid calls; FALLBACK for anything
+ * unusual. */
+static long long ai_calls_tokens(PyObject *fields, const Walk *walk) {
+    PyObject *tool_calls = PyTuple_GET_ITEM(fields, FIELD_TOOL_CALLS);
+    PyObject *invalid = PyTuple_GET_ITEM(fields, FIELD_INVALID_TOOL_CALLS);
+    PyObject *extra = PyTuple_GET_ITEM(fields, FIELD_ADDITIONAL_KWARGS);
+    if (!PyList_CheckExact(tool_calls) || !PyList_CheckExact(invalid) || PyList_GET_SIZE(invalid) != 0 ||
+        !PyDict_CheckExact(extra)) {
+        return FALLBACK;
+    }
     long long total = FALLBACK;
-    PyObject *calls = NULL, *invalid = NULL, *extra = NULL;
-    PyObject *tool_calls = PyObject_GetAttr(message, s_tool_calls);
-    if (tool_calls == NULL) return FAILED;
-    if (!PyList_CheckExact(tool_calls)) goto done;
-    calls = PySequence_Tuple(tool_calls);
-    if (calls == NULL) goto failed;
-    invalid = PyObject_GetAttr(message, s_invalid_tool_calls);
-    if (invalid == NULL) goto failed;
-    if (!PyList_CheckExact(invalid) || PyList_GET_SIZE(invalid) != 0) goto done;
-    extra = PyObject_GetAttr(message, s_additional_kwargs);
-    if (extra == NULL) goto failed;
-    if (!PyDict_CheckExact(extra)) goto done;
+    PyObject *calls = PySequence_Tuple(tool_calls); /* ours: Python code below may change the list */
+    if (calls == NULL) return FAILED;
+    Py_INCREF(extra);
     if (PyDict_GET_SIZE(extra) != 0) {
         /* A legacy function call, or provider calls that are not a mirror: the general path. */
         int has_function_call = PyDict_Contains(extra, s_function_call);
@@ -372,37 +381,27 @@ static long long ai_calls_tokens(PyObject *message, const Walk *walk) {
 failed:
     total = FAILED;
 done:
-    Py_DECREF(tool_calls);
-    Py_XDECREF(calls);
-    Py_XDECREF(invalid);
-    Py_XDECREF(extra);
+    Py_DECREF(calls);
+    Py_DECREF(extra);
     return total;
 }
 
-/* One message of a known kind with the common shape; FALLBACK for any other shape. */
-static long long message_tokens_here(PyObject *message, long kind, const Walk *walk) {
-    long long total = walk->message_overhead, part;
-    PyObject *content = PyObject_GetAttr(message, s_content);
-    if (content == NULL) return FAILED;
-    part = PyUnicode_CheckExact(content) ? estimate_text(content, &walk->settings) : FALLBACK;
-    Py_DECREF(content);
+/* One message of a known kind with the common shape, from its fields tuple (which the caller
+ * holds); FALLBACK for any other shape. */
+static long long message_tokens_here(PyObject *fields, long kind, const Walk *walk) {
+    Py_ssize_t size = PyTuple_GET_SIZE(fields);
+    if (size != (kind == KIND_AI ? AI_FIELDS : kind == KIND_TOOL ? TOOL_FIELDS : PLAIN_FIELDS)) return FALLBACK;
+    PyObject *content = PyTuple_GET_ITEM(fields, FIELD_CONTENT);
+    if (!PyUnicode_CheckExact(content)) return FALLBACK;
+    long long total = walk->message_overhead + estimate_text(content, &walk->settings);
+    long long part = optional_text_tokens(PyTuple_GET_ITEM(fields, FIELD_NAME), &walk->settings, walk->name_overhead);
     if (part < 0) return part;
     total += part;
-
-    PyObject *name = PyObject_GetAttr(message, s_name);
-    if (name == NULL) return FAILED;
-    part = optional_text_tokens(name, &walk->settings, walk->name_overhead);
-    Py_DECREF(name);
-    if (part < 0) return part;
-    total += part;
-
     if (kind == KIND_TOOL) {
-        PyObject *tool_call_id = PyObject_GetAttr(message, s_tool_call_id);
-        if (tool_call_id == NULL) return FAILED;
+        PyObject *tool_call_id = PyTuple_GET_ITEM(fields, FIELD_TOOL_CALL_ID);
         part = PyUnicode_CheckExact(tool_call_id) ? estimate_text(tool_call_id, &walk->settings) : FALLBACK;
-        Py_DECREF(tool_call_id);
     } else if (kind == KIND_AI) {
-        part = ai_calls_tokens(message, walk);
+        part = ai_calls_tokens(fields, walk);
     } else {
         part = 0;
     }
@@ -410,16 +409,16 @@ static long long message_tokens_here(PyObject *message, long kind, const Walk *w
 }
 
 static PyObject *scan_first_sight(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 9) {
+    if (nargs != 10) {
         PyErr_SetString(PyExc_TypeError,
-                        "first_sight(messages, weights, letters_free, letters_per_extra, "
+                        "first_sight(messages, fields, weights, letters_free, letters_per_extra, "
                         "one_token_bitmap, kinds, overheads, provider_json, fallback)");
         return NULL;
     }
     Walk walk;
-    if (read_settings(args + 1, &walk.settings) < 0) return NULL;
-    PyObject *kinds = args[5], *overheads = args[6], *fallback = args[8];
-    walk.provider_json = args[7];
+    if (read_settings(args + 2, &walk.settings) < 0) return NULL;
+    PyObject *kinds = args[6], *overheads = args[7], *fallback = args[9];
+    walk.provider_json = args[8];
     if (!PyDict_Check(kinds)) {
         PyErr_SetString(PyExc_TypeError, "kinds must be a dict of message class to kind");
         return NULL;
@@ -433,25 +432,39 @@ static PyObject *scan_first_sight(PyObject *module, PyObject *const *args, Py_ss
     walk.tool_call_overhead = PyLong_AsLongLong(PyTuple_GET_ITEM(overheads, 2));
     if (PyErr_Occurred()) return NULL;
 
+    PyObject *result = NULL;
     PyObject *messages = PySequence_Tuple(args[0]);
     if (messages == NULL) return NULL;
+    PyObject *all_fields = PySequence_Tuple(args[1]);
+    if (all_fields == NULL) {
+        Py_DECREF(messages);
+        return NULL;
+    }
     Py_INCREF(kinds); /* the fallback may run any Python code: keep what we read alive */
     Py_ssize_t count = PyTuple_GET_SIZE(messages);
-    PyObject *result = PyList_New(count);
+    if (PyTuple_GET_SIZE(all_fields) != count) {
+        PyErr_SetString(PyExc_ValueError, "messages and fields differ in length");
+        goto fail;
+    }
+    result = PyList_New(count);
     if (result == NULL) goto fail;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *message = PyTuple_GET_ITEM(messages, i);
+        PyObject *fields = PyTuple_GET_ITEM(all_fields, i);
         long long tokens = FALLBACK;
-        PyObject *kind = PyDict_GetItemWithError(kinds, (PyObject *)Py_TYPE(message));
-        if (kind == NULL && PyErr_Occurred()) goto fail;
-        if (kind != NULL) {
-            long kind_value = PyLong_AsLong(kind);
-            if (kind_value == -1 && PyErr_Occurred()) goto fail;
-            tokens = message_tokens_here(message, kind_value, &walk);
-            if (tokens == FAILED) goto fail;
+        if (PyTuple_CheckExact(fields) && PyTuple_GET_SIZE(fields) >= PLAIN_FIELDS &&
+            PyTuple_GET_ITEM(fields, FIELD_CLASS) == (PyObject *)Py_TYPE(message)) {
+            PyObject *kind = PyDict_GetItemWithError(kinds, (PyObject *)Py_TYPE(message));
+            if (kind == NULL && PyErr_Occurred()) goto fail;
+            if (kind != NULL) {
+                long kind_value = PyLong_AsLong(kind);
+                if (kind_value == -1 && PyErr_Occurred()) goto fail;
+                tokens = message_tokens_here(fields, kind_value, &walk);
+                if (tokens == FAILED) goto fail;
+            }
         }
         PyObject *item;
-        if (tokens == FALLBACK) { /* a shape (or class) first met here: Python's own count */
+        if (tokens == FALLBACK) { /* a shape (or class) not read here: Python's own count */
             item = PyObject_CallOneArg(fallback, message);
             if (item != NULL && !PyLong_Check(item)) {
                 Py_DECREF(item);
@@ -466,10 +479,12 @@ static PyObject *scan_first_sight(PyObject *module, PyObject *const *args, Py_ss
     }
     Py_DECREF(kinds);
     Py_DECREF(messages);
+    Py_DECREF(all_fields);
     return result;
 fail:
     Py_DECREF(kinds);
     Py_DECREF(messages);
+    Py_DECREF(all_fields);
     Py_XDECREF(result);
     return NULL;
 }
@@ -492,12 +507,8 @@ PyMODINIT_FUNC PyInit__scan(void) {
     init_ascii_shift();
 #define INTERN(variable, text) \
     if ((variable) == NULL && ((variable) = PyUnicode_InternFromString(text)) == NULL) return NULL
-    INTERN(s_content, "content");
     INTERN(s_name, "name");
-    INTERN(s_tool_call_id, "tool_call_id");
     INTERN(s_tool_calls, "tool_calls");
-    INTERN(s_invalid_tool_calls, "invalid_tool_calls");
-    INTERN(s_additional_kwargs, "additional_kwargs");
     INTERN(s_args, "args");
     INTERN(s_id, "id");
     INTERN(s_function_call, "function_call");

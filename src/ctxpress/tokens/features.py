@@ -135,6 +135,7 @@ class CompiledScan(Protocol):
     def first_sight(
         self,
         messages: Sequence[Any],
+        fields: Sequence[tuple[Any, ...]],
         weights: tuple[float, ...],
         letters_free: int,
         letters_per_extra: int,
@@ -145,8 +146,9 @@ class CompiledScan(Protocol):
         fallback: Callable[[Any], int],
         /,
     ) -> list[int]:
-        """`messages.each_message_tokens` of `messages`; a message of another shape, or of a class
-        not yet in `kinds`, is counted by `fallback(message)`."""
+        """`messages.each_message_tokens` of `messages`, read from their `fields`
+        (``message_memo.message_fields`` of each); a message of another shape, or of a class not
+        in `kinds`, is counted by `fallback(message)`."""
 
 
 def _compiled_scan() -> CompiledScan | None:

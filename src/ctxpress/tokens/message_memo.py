@@ -65,6 +65,8 @@ Requests = tuple[tuple[list[tuple[Any, ...]], int], ...]
 #: Threads whose lists are kept (`MessageMemo.requests`): about one per live thread.
 REQUEST_RECORDS_MAX_ENTRIES: Final = 1024
 _Context = TypeVar("_Context")
+#: Counts messages the memo has not seen: (messages, their `message_fields`, context) -> a count each.
+CountMessages = Callable[[Sequence[BaseMessage], Sequence[tuple[Any, ...]], _Context], list[int]]
 
 
 def fields_getter(message_class: type) -> FieldsGetter:
@@ -132,12 +134,12 @@ class MessageMemo:
     def total(
         self,
         messages: Sequence[BaseMessage],
-        count_messages: Callable[[Sequence[BaseMessage], _Context], list[int]],
+        count_messages: CountMessages[_Context],
         context: _Context,
     ) -> int:
         """Sum of the counts of `messages`, each taken from the memo when its fields are unchanged;
-        the others are counted by one call of `count_messages(those messages, context)` (one count
-        per message, in order) and remembered now.
+        the others are counted by one call of `count_messages(those messages, their fields,
+        context)` (one count per message, in order) and remembered now.
 
         A thread's list usually only grows from one call to the next, and a checkpoint reload
         brings it back in new objects: so the lists last counted are kept whole (`requests`, by the
@@ -184,7 +186,7 @@ class MessageMemo:
         messages: Sequence[BaseMessage],
         all_fields: list[tuple[Any, ...]],
         start: int,
-        count_messages: Callable[[Sequence[BaseMessage], _Context], list[int]],
+        count_messages: CountMessages[_Context],
         context: _Context,
     ) -> int:
         """Sum of the counts of `messages[start:]` (their fields in `all_fields[start:]`). The
@@ -217,7 +219,9 @@ class MessageMemo:
             else:
                 total += tokens
         if unseen:
-            counts = count_messages([message for _, message, _ in unseen], context)
+            counts = count_messages(
+                [message for _, message, _ in unseen], [fields for _, _, fields in unseen], context
+            )
             total += sum(counts)
             self._put_unseen(unseen, counts)
         return total

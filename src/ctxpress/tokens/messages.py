@@ -329,20 +329,25 @@ def each_message_tokens(messages: Sequence[BaseMessage], cache: EstimateCache) -
 _OVERHEADS: Final = (MESSAGE_OVERHEAD_TOKENS, NAME_OVERHEAD_TOKENS, TOOL_CALL_OVERHEAD_TOKENS)
 
 
-def count_new_messages(messages: Sequence[BaseMessage], cache: EstimateCache) -> list[int]:
+def count_new_messages(
+    messages: Sequence[BaseMessage], fields: Sequence[tuple[Any, ...]], cache: EstimateCache
+) -> list[int]:
     """`each_message_tokens` of messages the caller has not counted before (a thread's first sight,
-    for the whole-message memo), the same numbers by the fastest way at hand:
+    for the whole-message memo, which passes the `fields` it has just read from each message:
+    ``message_memo.message_fields``), the same numbers by the fastest way at hand:
 
-    - with the compiled scan and an estimating cache, one C walk over the messages
-      (``features.COMPILED_SCAN.first_sight``): the common shapes are read and estimated in C, any
-      other message is counted by `each_message_tokens`. The walk leaves the per-content cache as it
-      was: the memo keeps the counts, so what a first sight would add to it is seldom read again;
+    - with the compiled scan and an estimating cache, one C walk over those fields
+      (``features.COMPILED_SCAN.first_sight``; the messages are not read a second time): the common
+      shapes are estimated in C, any other message is counted by `each_message_tokens`. The walk
+      leaves the per-content cache as it was: the memo keeps the counts, so what a first sight
+      would add to it is seldom read again;
     - else their texts estimated in one batch (`prefetch_texts`), then counted one by one.
     """
     scan = features.COMPILED_SCAN
     if scan is not None and cache.count_texts is not None:
         return scan.first_sight(
             messages,
+            fields,
             *compiled_settings(cache.weights),
             cache.message_kinds,
             _OVERHEADS,
