@@ -433,3 +433,32 @@ def test_s12_compiled_first_sight_reads_fields_only_when_they_are_the_messages_o
     assert _compiled().first_sight(messages, swapped, *settings_and_rest) == expected
     with pytest.raises(ValueError, match="differ in length"):
         _compiled().first_sight(messages, _fields(messages)[:2], *settings_and_rest)
+
+
+@needs_compiled
+def test_s12_compiled_first_sight_survives_tool_calls_emptied_while_their_json_is_written() -> None:
+    """The JSON of tool arguments is Python code run in the middle of the walk; here it empties the
+    message's list of calls and drops the calls' last references. The walk holds the call it reads
+    and reads the list's length again before the next one, so it neither crashes nor reads freed
+    memory: it counts the calls that were there when it came to them."""
+    calls = [{"name": f"tool{index}", "args": {"q": "上下文" * 30}, "id": f"c{index}"} for index in range(5)]
+    message = AIMessage("", id="a", tool_calls=calls)
+    tool_calls = message.tool_calls
+    cache = _fresh_cache()
+
+    def emptying_json(value: Any) -> str:
+        tool_calls.clear()
+        gc.collect()
+        return provider_json(value)
+
+    counts = _compiled().first_sight(
+        [message],
+        _fields([message]),
+        *compiled_settings(cache.weights),
+        cache.message_kinds,
+        messages_module._OVERHEADS,
+        emptying_json,
+        partial(message_tokens, cache=cache),
+    )
+    one_call = each_message_tokens([AIMessage("", id="b", tool_calls=calls[:1])], _fresh_cache())
+    assert counts == one_call

@@ -312,16 +312,18 @@ static long long tool_call_tokens(PyObject *call, const Walk *walk) {
     return tokens + estimate_text(name, &walk->settings);
 }
 
-/* True when the provider-format `additional_kwargs["tool_calls"]` mirrors `calls` one to one by
- * id (messages._provider_calls_duplicate), so it costs nothing more; -1 on error. */
+/* True when the provider-format `additional_kwargs["tool_calls"]` mirrors the list `calls` one to
+ * one by id (messages._provider_calls_duplicate), so it costs nothing more; -1 on error. Both lists
+ * are re-checked for length at every step: an id's __eq__ could change them. */
 static int provider_calls_mirror(PyObject *raw_calls, PyObject *calls) {
-    if (!PyList_CheckExact(raw_calls) || PyList_GET_SIZE(raw_calls) != PyTuple_GET_SIZE(calls)) return 0;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(calls); i++) {
-        if (i >= PyList_GET_SIZE(raw_calls)) return 0; /* shrunk by a key's __eq__ meanwhile */
+    if (!PyList_CheckExact(raw_calls) || PyList_GET_SIZE(raw_calls) != PyList_GET_SIZE(calls)) return 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(calls); i++) {
+        if (i >= PyList_GET_SIZE(raw_calls)) return 0;
         PyObject *raw = PyList_GET_ITEM(raw_calls, i);
-        PyObject *call = PyTuple_GET_ITEM(calls, i);
+        PyObject *call = PyList_GET_ITEM(calls, i);
         if (!PyDict_CheckExact(raw) || !PyDict_CheckExact(call)) return 0;
         Py_INCREF(raw);
+        Py_INCREF(call);
         PyObject *call_id = PyDict_GetItemWithError(call, s_id);
         PyObject *raw_id = call_id == NULL ? NULL : PyDict_GetItemWithError(raw, s_id);
         int equal = 0;
@@ -333,6 +335,7 @@ static int provider_calls_mirror(PyObject *raw_calls, PyObject *calls) {
             Py_DECREF(raw_id);
         }
         Py_DECREF(raw);
+        Py_DECREF(call);
         if (PyErr_Occurred()) return -1;
         if (equal != 1) return 0;
     }
@@ -350,8 +353,9 @@ static long long ai_calls_tokens(PyObject *fields, const Walk *walk) {
         return FALLBACK;
     }
     long long total = FALLBACK;
-    PyObject *calls = PySequence_Tuple(tool_calls); /* ours: Python code below may change the list */
-    if (calls == NULL) return FAILED;
+    /* The fields tuple holds the list; each call is held while it is read (Python code may run:
+     * an id's __eq__, the JSON of the arguments), and the list's length is read again each time. */
+    Py_INCREF(tool_calls);
     Py_INCREF(extra);
     if (PyDict_GET_SIZE(extra) != 0) {
         /* A legacy function call, or provider calls that are not a mirror: the general path. */
@@ -362,15 +366,18 @@ static long long ai_calls_tokens(PyObject *fields, const Walk *walk) {
         if (raw_calls == NULL && PyErr_Occurred()) goto failed;
         if (raw_calls != NULL && raw_calls != Py_None) {
             Py_INCREF(raw_calls);
-            int mirror = provider_calls_mirror(raw_calls, calls);
+            int mirror = provider_calls_mirror(raw_calls, tool_calls);
             Py_DECREF(raw_calls);
             if (mirror < 0) goto failed;
             if (!mirror) goto done;
         }
     }
     total = 0;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(calls); i++) {
-        long long tokens = tool_call_tokens(PyTuple_GET_ITEM(calls, i), walk);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tool_calls); i++) {
+        PyObject *call = PyList_GET_ITEM(tool_calls, i);
+        Py_INCREF(call);
+        long long tokens = tool_call_tokens(call, walk);
+        Py_DECREF(call);
         if (tokens < 0) {
             total = tokens;
             goto done;
@@ -381,7 +388,7 @@ static long long ai_calls_tokens(PyObject *fields, const Walk *walk) {
 failed:
     total = FAILED;
 done:
-    Py_DECREF(calls);
+    Py_DECREF(tool_calls);
     Py_DECREF(extra);
     return total;
 }

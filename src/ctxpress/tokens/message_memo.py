@@ -196,34 +196,40 @@ class MessageMemo:
         recent, older = self.young.get, self.old.get
         total = 0
         pending: list[Unseen] = []  # under a key of the memo, not in its latest young slot
-        unseen: list[Unseen] = []  # under no key of the memo
+        # Under no key of the memo, as three parallel lists: a first sight allocates no tuple per
+        # message beyond the ones the memo keeps (fewer runs of the cyclic garbage collector).
+        new_keys: list[Hashable] = []
+        new_messages: list[BaseMessage] = []
+        new_fields: list[tuple[Any, ...]] = []
         copies: list[tuple[Hashable, Entry, Entry]] = []
         for index in range(start, len(messages)):
             message, fields = messages[index], all_fields[index]
-            key = message.id or id(message)
+            key: Hashable = message.id or id(message)
             entry = recent(key)
             if entry is not None and entry[1] == fields:  # identity checks when it is the same message
                 total += entry[2]
                 if entry[0] is not message:  # an equal copy (a checkpoint reload)
                     copies.append((key, entry, (message, fields, entry[2], entry[3], entry[4])))
             elif entry is None and older(key) is None:
-                unseen.append((key, message, fields))
+                new_keys.append(key)
+                new_messages.append(message)
+                new_fields.append(fields)
             else:
                 pending.append((key, message, fields))
         if copies:
             self._adopt_all(copies)
-        for pending_message in pending:
-            tokens = self.recall(*pending_message)
+        for key, message, fields in pending:
+            tokens = self.recall(key, message, fields)
             if tokens is None:
-                unseen.append(pending_message)
+                new_keys.append(key)
+                new_messages.append(message)
+                new_fields.append(fields)
             else:
                 total += tokens
-        if unseen:
-            counts = count_messages(
-                [message for _, message, _ in unseen], [fields for _, _, fields in unseen], context
-            )
+        if new_keys:
+            counts = count_messages(new_messages, new_fields, context)
             total += sum(counts)
-            self._put_unseen(unseen, counts)
+            self._put_unseen(new_keys, new_messages, new_fields, counts)
         return total
 
     def _getter(self, message_class: type) -> FieldsGetter:
@@ -272,20 +278,25 @@ class MessageMemo:
         tokens = self.recall(key, message, fields)
         if tokens is None:
             tokens = count_message(message, context)
-            self._put_unseen([(key, message, fields)], [tokens])
+            self._put_unseen([key], [message], [fields], [tokens])
         return tokens
 
-    def _put_unseen(self, unseen: Sequence[Unseen], counts: Sequence[int]) -> None:
-        """Remember the counts of messages found in no slot, under one lock; a version found under
-        the same key moves to the second slot. A count too big to keep alive is still right, just
-        not remembered.
+    def _put_unseen(
+        self,
+        keys: Sequence[Hashable],
+        messages: Sequence[BaseMessage],
+        all_fields: Sequence[tuple[Any, ...]],
+        counts: Sequence[int],
+    ) -> None:
+        """Remember the counts of messages found in no slot (`keys[i]`, `messages[i]`, their
+        `all_fields[i]`, `counts[i]`), under one lock; a version found under the same key moves to
+        the second slot. A count too big to keep alive is still right, just not remembered.
 
         A first sight of a thread (keys new to the memo, all different, room in the young
         generation) is stored in one `dict.update`."""
-        keys, messages, fields = zip(*unseen, strict=True)
         added = sum(counts)
         with self._lock:
-            self.misses += len(unseen)
+            self.misses += len(keys)
             young = self.young
             if (
                 2 * (len(young) + len(keys)) <= self.max_entries
@@ -294,20 +305,19 @@ class MessageMemo:
                 and self.old.keys().isdisjoint(keys)
                 and len(dict.fromkeys(keys)) == len(keys)
             ):
-                entries = zip(
-                    messages, fields, counts, repeat(None), repeat(0), strict=False
-                )  # no second slot
-                young.update(zip(keys, entries, strict=True))
+                no_second_slot = repeat(None), repeat(0)
+                entries = zip(messages, all_fields, counts, *no_second_slot, strict=False)
+                young.update(zip(keys, entries, strict=False))
                 self.young_tokens += added
                 return
-            for (key, message, message_fields), tokens in zip(unseen, counts, strict=True):
+            for key, message, fields, tokens in zip(keys, messages, all_fields, counts, strict=True):
                 if 2 * tokens > self.max_tokens:
                     continue
                 entry = young.get(key) or self.old.get(key)
                 if entry is None:
-                    self._put_locked(key, (message, message_fields, tokens, None, 0))
+                    self._put_locked(key, (message, fields, tokens, None, 0))
                 else:
-                    self._put_locked(key, (message, message_fields, tokens, entry[1], entry[2]))
+                    self._put_locked(key, (message, fields, tokens, entry[1], entry[2]))
                 young = self.young  # `_put_locked` may have rotated the generations
 
     def _put(self, key: Hashable, entry: Entry) -> None:
