@@ -185,8 +185,25 @@ static int read_settings(PyObject *const *args, Settings *settings) {
     return 0;
 }
 
-/* estimate.estimate of a str: 0 when empty, else estimate.weigh of its features. */
+/* 0, or -1 with an exception: Python 3.11 may still hold a "legacy" str, made by a deprecated C
+ * API, whose code points are not laid out yet (from 3.12 on every str is). */
+static int text_ready(PyObject *text) {
+#if PY_VERSION_HEX < 0x030C0000
+    return PyUnicode_READY(text);
+#else
+    (void)text;
+    return 0;
+#endif
+}
+
+/* Outcome of counting one message here: its tokens, or "ask the fallback", or an error. */
+#define FALLBACK (-1)
+#define FAILED (-2)
+
+/* estimate.estimate of a str: 0 when empty, else estimate.weigh of its features; FAILED (with an
+ * exception) only when a legacy str cannot be laid out. */
 static long long estimate_text(PyObject *text, const Settings *settings) {
+    if (text_ready(text) < 0) return FAILED;
     if (PyUnicode_GET_LENGTH(text) == 0) return 0;
     Scan scan;
     scan_text(text, settings->bitmap, &scan);
@@ -206,6 +223,7 @@ static PyObject *scan_features(PyObject *module, PyObject *text) {
         PyErr_SetString(PyExc_TypeError, "features() takes a str");
         return NULL;
     }
+    if (text_ready(text) < 0) return NULL;
     Scan scan;
     scan_text(text, NULL, &scan);
     PyObject *result = PyTuple_New(FEATURE_COUNT);
@@ -240,7 +258,9 @@ static PyObject *scan_estimates(PyObject *module, PyObject *const *args, Py_ssiz
             PyErr_Format(PyExc_TypeError, "estimates() takes str texts, not %.100s", Py_TYPE(text)->tp_name);
             goto fail;
         }
-        PyObject *tokens = PyLong_FromLongLong(estimate_text(text, &settings));
+        long long estimate = estimate_text(text, &settings);
+        if (estimate == FAILED) goto fail;
+        PyObject *tokens = PyLong_FromLongLong(estimate);
         if (tokens == NULL) goto fail;
         PyList_SET_ITEM(result, i, tokens);
     }
@@ -274,16 +294,14 @@ enum { FIELD_CLASS, FIELD_CONTENT, FIELD_NAME, FIELD_TOOL_CALL_ID = 3, FIELD_TOO
 #define TOOL_FIELDS 4
 #define AI_FIELDS 6
 
-/* Outcome of counting one message here: its tokens, or "ask the fallback", or an error. */
-#define FALLBACK (-1)
-#define FAILED (-2)
-
 /* Tokens of an optional str field (None or "" cost nothing); FALLBACK for any other type. */
 static long long optional_text_tokens(PyObject *value, const Settings *settings, long long overhead) {
     if (value == Py_None) return 0;
     if (!PyUnicode_CheckExact(value)) return FALLBACK;
+    if (text_ready(value) < 0) return FAILED;
     if (PyUnicode_GET_LENGTH(value) == 0) return 0;
-    return overhead + estimate_text(value, settings);
+    long long tokens = estimate_text(value, settings);
+    return tokens < 0 ? tokens : overhead + tokens;
 }
 
 /* One logical tool call of `tool_calls`: overhead, name, and the arguments as the provider's JSON
@@ -303,13 +321,16 @@ static long long tool_call_tokens(PyObject *call, const Walk *walk) {
         PyErr_SetString(PyExc_TypeError, "provider_json must return a str");
         return FAILED;
     }
-    long long tokens = walk->tool_call_overhead + estimate_text(json, &walk->settings);
+    long long tokens = estimate_text(json, &walk->settings);
     Py_DECREF(json);
+    if (tokens < 0) return tokens;
+    tokens += walk->tool_call_overhead;
     /* Read after provider_json, which could (in theory) have changed the call. */
     PyObject *name = PyDict_GetItemWithError(call, s_name);
     if (name == NULL) return PyErr_Occurred() ? FAILED : FALLBACK;
     if (!PyUnicode_CheckExact(name)) return FALLBACK;
-    return tokens + estimate_text(name, &walk->settings);
+    long long name_tokens = estimate_text(name, &walk->settings);
+    return name_tokens < 0 ? name_tokens : tokens + name_tokens;
 }
 
 /* True when the provider-format `additional_kwargs["tool_calls"]` mirrors the list `calls` one to
@@ -400,7 +421,9 @@ static long long message_tokens_here(PyObject *fields, long kind, const Walk *wa
     if (size != (kind == KIND_AI ? AI_FIELDS : kind == KIND_TOOL ? TOOL_FIELDS : PLAIN_FIELDS)) return FALLBACK;
     PyObject *content = PyTuple_GET_ITEM(fields, FIELD_CONTENT);
     if (!PyUnicode_CheckExact(content)) return FALLBACK;
-    long long total = walk->message_overhead + estimate_text(content, &walk->settings);
+    long long total = estimate_text(content, &walk->settings);
+    if (total < 0) return total;
+    total += walk->message_overhead;
     long long part = optional_text_tokens(PyTuple_GET_ITEM(fields, FIELD_NAME), &walk->settings, walk->name_overhead);
     if (part < 0) return part;
     total += part;
