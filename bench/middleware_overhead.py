@@ -415,8 +415,8 @@ def _cold_count(bench: Bench, scan: str) -> Callable[[], object]:
 
 def cold_count(thread: Thread, messages: list[BaseMessage], scan: str) -> Callable[[], object]:
     """One whole-request count of `messages` (new objects) by a fresh counter, with the scan `scan`
-    (`common.scan_paths`: "installed", "numpy", "pure"), or "len": no scan at all, every text
-    "estimated" by its length (the bookkeeping alone)."""
+    (`scans.scan_paths`: "installed", "numpy", "pure"), or "len": the Python path with no scan at
+    all, every text "estimated" by its length (its bookkeeping alone)."""
     counter = TokenCounter()
     if scan == "len":
         cache = counter._caches("default")[0]

@@ -191,7 +191,7 @@ def throughput_section(
     corpora = {kind: [s.text for s in samples] for kind, samples in groups.items() if kind in TEXT_TYPES}
     corpora["all types"] = [text for texts in list(corpora.values()) for text in texts]
     compiled = features_module.COMPILED_SCAN is not None
-    # (label, counter, the scan it runs with: `common.scan_paths`)
+    # (label, counter, the scan it runs with: `scans.scan_paths`)
     counters: list[tuple[str, Callable[[str], int], str]] = [
         *(
             [
