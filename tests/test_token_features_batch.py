@@ -293,6 +293,26 @@ def _fields(messages: Sequence[BaseMessage]) -> list[tuple[Any, ...]]:
     return [message_fields(message) for message in messages]
 
 
+def _first_sight(
+    messages: Sequence[BaseMessage],
+    cache: EstimateCache,
+    fields: Sequence[tuple[Any, ...]] | None = None,
+    provider: Any = provider_json,
+    fallback: Any = None,
+) -> list[int]:
+    """The compiled walk as `messages.count_new_messages` calls it, with the fields, JSON writer and
+    fallback a test chooses (by default the messages' own, `provider_json`, `message_tokens`)."""
+    return _compiled().first_sight(
+        messages,
+        _fields(messages) if fields is None else fields,
+        *compiled_settings(cache.weights),
+        cache.message_kinds,
+        messages_module._OVERHEADS,
+        provider,
+        partial(message_tokens, cache=cache) if fallback is None else fallback,
+    )
+
+
 def _fresh_cache(profile: str = "default") -> EstimateCache:
     return TokenCounter()._caches(profile)[0]
 
@@ -330,7 +350,7 @@ class _OddHuman(HumanMessage):
 def test_s12_compiled_first_sight_survives_a_thread_changed_while_it_is_counted() -> None:
     """The fallback may run any Python code; here it empties the caller's list, which held the only
     other references to the messages still to count. The walk holds its own, so it neither reads
-    freed memory nor miscounts (this crashed the interpreter before the walk copied the list)."""
+    freed memory nor miscounts (a walk over the caller's list would read freed memory here)."""
 
     def thread() -> list[BaseMessage]:
         return [
@@ -342,7 +362,6 @@ def test_s12_compiled_first_sight_survives_a_thread_changed_while_it_is_counted(
     expected = each_message_tokens(thread(), _fresh_cache())
     messages = thread()
     cache = _fresh_cache()
-    cache.message_kinds.update({HumanMessage: 1, AIMessage: 2})
 
     def fallback(message: BaseMessage) -> int:
         tokens = message_tokens(message, cache)
@@ -350,16 +369,7 @@ def test_s12_compiled_first_sight_survives_a_thread_changed_while_it_is_counted(
         gc.collect()
         return tokens
 
-    counts = _compiled().first_sight(
-        messages,
-        _fields(messages),
-        *compiled_settings(cache.weights),
-        cache.message_kinds,
-        messages_module._OVERHEADS,
-        provider_json,
-        fallback,
-    )
-    assert counts == expected
+    assert _first_sight(messages, cache, fallback=fallback) == expected
 
 
 @needs_compiled
@@ -422,17 +432,10 @@ def test_s12_compiled_first_sight_reads_fields_only_when_they_are_the_messages_o
     ]
     cache = _fresh_cache()
     expected = each_message_tokens(messages, _fresh_cache())
-    settings_and_rest = (
-        *compiled_settings(cache.weights),
-        cache.message_kinds,
-        messages_module._OVERHEADS,
-        provider_json,
-        partial(message_tokens, cache=cache),
-    )
     swapped = [_fields(messages)[1], _fields(messages)[0], ("not", "fields")]
-    assert _compiled().first_sight(messages, swapped, *settings_and_rest) == expected
+    assert _first_sight(messages, cache, swapped) == expected
     with pytest.raises(ValueError, match="differ in length"):
-        _compiled().first_sight(messages, _fields(messages)[:2], *settings_and_rest)
+        _first_sight(messages, cache, _fields(messages)[:2])
 
 
 @needs_compiled
@@ -451,14 +454,6 @@ def test_s12_compiled_first_sight_survives_tool_calls_emptied_while_their_json_i
         gc.collect()
         return provider_json(value)
 
-    counts = _compiled().first_sight(
-        [message],
-        _fields([message]),
-        *compiled_settings(cache.weights),
-        cache.message_kinds,
-        messages_module._OVERHEADS,
-        emptying_json,
-        partial(message_tokens, cache=cache),
-    )
+    counts = _first_sight([message], cache, provider=emptying_json)
     one_call = each_message_tokens([AIMessage("", id="b", tool_calls=calls[:1])], _fresh_cache())
     assert counts == one_call

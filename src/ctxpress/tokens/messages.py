@@ -270,23 +270,26 @@ def _content_tokens(message: BaseMessage, content: Any, cache: EstimateCache) ->
 _PLAIN, _AI, _TOOL = 1, 2, 3  # all truthy: `kinds.get(cls) or _message_kind(cache, cls)`
 
 
-def _message_kind(cache: EstimateCache, message_class: type) -> int:
-    """`_AI`, `_TOOL` or `_PLAIN` for `message_class`, remembered in the cache's class table."""
+def _kind_of_class(message_class: type) -> int:
+    """`_AI`, `_TOOL` or `_PLAIN`: what `message_class` adds besides content and name."""
     if issubclass(message_class, AIMessage):
-        kind = _AI
-    elif issubclass(message_class, ToolMessage):
-        kind = _TOOL
-    else:
-        kind = _PLAIN
-    cache.message_kinds[message_class] = kind
+        return _AI
+    if issubclass(message_class, ToolMessage):
+        return _TOOL
+    return _PLAIN
+
+
+def _message_kind(cache: EstimateCache, message_class: type) -> int:
+    """`_kind_of_class(message_class)`, remembered in the cache's class table."""
+    kind = cache.message_kinds[message_class] = _kind_of_class(message_class)
     return kind
 
 
 def langchain_message_kinds() -> dict[type, int]:
-    """`_message_kind` of LangChain's four usual message classes, for a new cache's class table: a
-    first sight then finds their kinds at once (the compiled walk hands a class it does not know yet
-    to the Python count)."""
-    return {HumanMessage: _PLAIN, SystemMessage: _PLAIN, AIMessage: _AI, ToolMessage: _TOOL}
+    """The kinds of LangChain's four usual message classes, for a new cache's class table: a first
+    sight then finds their kinds at once (the compiled walk hands a class it does not know yet to
+    the Python count)."""
+    return {cls: _kind_of_class(cls) for cls in (HumanMessage, SystemMessage, AIMessage, ToolMessage)}
 
 
 def messages_tokens(messages: Sequence[BaseMessage], cache: EstimateCache) -> int:
