@@ -39,16 +39,19 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
+    HumanMessage,
     SystemMessage,
     messages_from_dict,
     messages_to_dict,
 )
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 
 from ctxpress import CompressionConfig
 from ctxpress.app.testing.token_samples import real_thread
+from ctxpress.checkpoint_serde import CheckpointSerializer
 from ctxpress.compaction import CompactionCache
 from ctxpress.compaction.content import content_text
 from ctxpress.config import TOKENS_PER_K
@@ -222,6 +225,37 @@ class Reloader:
 
     def load(self) -> list[BaseMessage]:
         return messages_from_dict(json.loads(self.payload))
+
+
+class NextRun:
+    """A thread's last two runs as one service process serves them, its checkpoints read through
+    ctxpress's `CheckpointSerializer` (a new one, so nothing is kept from an earlier setup).
+
+    The previous run read the checkpoint holding everything before its question's answer
+    (`messages[:asked + 1]`, `asked` the second-to-last human message) and its model calls saw the
+    turn's new messages as the live objects the graph made. The next run reads the checkpoint
+    holding all of that (`messages[:question]`, `question` the last human message) and appends the
+    new question and what follows it as new objects (never seen by any count)."""
+
+    def __init__(self, messages: Sequence[BaseMessage]) -> None:
+        humans = [index for index, message in enumerate(messages) if isinstance(message, HumanMessage)]
+        question = humans[-1] if humans else len(messages)
+        asked = humans[-2] if len(humans) > 1 else 0
+        self.messages = list(messages)
+        self.previous = JsonPlusSerializer().dumps_typed({"messages": self.messages[: asked + 1]})
+        self.turn = self.messages[asked + 1 : question]
+        self.checkpoint = JsonPlusSerializer().dumps_typed({"messages": self.messages[:question]})
+        self.new = Reloader(self.messages[question:])
+
+    def previous_run(self) -> tuple[CheckpointSerializer, list[BaseMessage]]:
+        """A new serializer, and what the previous run's last model call received."""
+        serde = CheckpointSerializer()
+        return serde, [*serde.loads_typed(self.previous)["messages"], *self.turn]
+
+    def load(self, serde: CheckpointSerializer) -> list[BaseMessage]:
+        """What the next run's first model call receives: its checkpoint read by `serde`, then the
+        new question."""
+        return [*serde.loads_typed(self.checkpoint)["messages"], *self.new.load()]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1486,7 +1486,7 @@ def compression_miss(results: Sequence[CompressionResult], thread_messages: int)
         "(`aget_state`) and the state update (`aupdate_state`, which writes the new "
         f"`_summarization_event`) read the ~{thread_messages:,}-message checkpoint from the database and "
         f"write a new one ({per_backend}; medians). The serializer keeps its last decoded large "
-        "payloads (`runtime/checkpoint_serde.py`): a checkpoint the run's end has already read is not "
+        "payloads (`ctxpress/checkpoint_serde.py`): a checkpoint the run's end has already read is not "
         "decoded again, and its messages are written back as the bytes they were read from. What is left "
         "follows the thread's length, not what is summarised (the calls that summarise a single turn, 4 "
         "messages, make the p50 above; `--profile` prints the functions): on PostgreSQL fetching the "

@@ -18,7 +18,7 @@ from tests.conftest import REPO_ROOT
 
 PACKAGE_ROOT = REPO_ROOT / "src" / "ctxpress"
 #: The library's own requirements (pyproject `dependencies`), as import names.
-LIBRARY_THIRD_PARTY = frozenset({"langchain", "langchain_core", "langgraph", "pydantic"})
+LIBRARY_THIRD_PARTY = frozenset({"langchain", "langchain_core", "langgraph", "ormsgpack", "pydantic"})
 #: The one library module that may import an extra's package (lazily, naming the extra when absent).
 OPTIONAL_EXTRA_IMPORTS = {
     "ctxpress.overflow.openai": frozenset({"langchain_openai", "openai"}),

@@ -22,7 +22,8 @@ from ctxpress.tokens import TokenCounter, estimate_tokens, features
 from tests.conftest import IN_CI, REPO_ROOT
 
 #: What the library may bring; everything else in the environment must come from these.
-LIBRARY_REQUIREMENTS = ("langchain", "langchain-core", "langgraph", "pydantic")
+#: ormsgpack comes with langgraph already; it is named because `ctxpress.checkpoint_serde` imports it.
+LIBRARY_REQUIREMENTS = ("langchain", "langchain-core", "langgraph", "ormsgpack", "pydantic")
 #: Packages the application needs and the library must not pull in.
 APPLICATION_ONLY = ("fastapi", "sqlalchemy", "alembic", "psycopg", "aiosqlite", "uvicorn", "typer", "rich")
 

@@ -1,5 +1,6 @@
 """ctxpress: context compression for LangChain / LangGraph agents."""
 
+from ctxpress.checkpoint_serde import CheckpointSerializer
 from ctxpress.compaction import CompactionResult, compact_view
 from ctxpress.config import CompressionConfig
 from ctxpress.deepagents_drop_in import DeepAgentsCompressionMiddleware
@@ -10,6 +11,7 @@ from ctxpress.tokens import TokenCounter, count_request_tokens, estimate_tokens
 from ctxpress.workdir import LocalWorkdir, Workdir
 
 __all__ = [
+    "CheckpointSerializer",
     "CompactionResult",
     "CompressionConfig",
     "ContextCompressionMiddleware",

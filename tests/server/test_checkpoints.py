@@ -1,29 +1,27 @@
-"""The service's checkpointers: messages decoded without revalidation, and one read per manual
-compression (S19: state is still read and written through the compiled graph), on SQLite and
+"""The service's checkpointers: messages decoded once per process (a run's first model call counts
+the objects the last run counted), and one read per manual compression (S19: state is still read and written through the compiled graph), on SQLite and
 PostgreSQL.
 
-Oracles: decoded messages equal LangGraph's own decoding field for field; the graph's state after an
+Oracles: the objects a model call receives, compared by identity with the previous run's; the
+token count against a count of the same messages with an empty memo; the graph's state after an
 update is the one written; the database is asked for the checkpoint once inside
 `one_checkpoint_read()` and every time outside it.
 """
 
 from __future__ import annotations
 
-import datetime
 import itertools
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
+from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command, Send, interrupt
-from pydantic import BaseModel
 
+from ctxpress import ContextCompressionMiddleware, LocalWorkdir, TokenCounter
 from ctxpress.app.server.agents_file import AgentDefinition, ModelSpec
-from ctxpress.app.server.runtime.checkpoint_serde import CheckpointSerializer
 from ctxpress.app.server.runtime.checkpoints import (
     NODE_TASK_PATH_PREFIX,
     ServicePostgresSaver,
@@ -33,93 +31,43 @@ from ctxpress.app.server.runtime.checkpoints import (
     open_checkpointer,
 )
 from ctxpress.app.testing.api import create_conversation, read_events, send, wait_for_status
-from ctxpress.tools.traces import iter_conversations
+from ctxpress.checkpoint_serde import CheckpointSerializer
 from tests.fakes import ScriptedChatModel
 
 from .conftest import ServerFactory, SettingsFactory
 from .fakes import echo_script
 
 
-class _Note(BaseModel):
-    title: str
-    tags: list[str]
-
-
-def _assert_same_messages(expected: list[Any], decoded: list[Any]) -> None:
-    assert len(decoded) == len(expected)
-    for want, got in zip(expected, decoded, strict=True):
-        assert type(got) is type(want)
-        assert got == want
-        assert got.model_dump() == want.model_dump()
-        assert got.model_fields_set == want.model_fields_set
-
-
-def test_s1_every_real_message_decodes_exactly_as_langgraph_decodes_it(traces_dir: Path) -> None:
-    standard, ours = JsonPlusSerializer(), CheckpointSerializer()
-    checked = 0
-    for conversation in itertools.islice(iter_conversations(traces_dir), 600):
-        stored = standard.dumps_typed({"messages": conversation.messages})
-        _assert_same_messages(standard.loads_typed(stored)["messages"], ours.loads_typed(stored)["messages"])
-        checked += len(conversation.messages)
-    assert checked > 1000
-
-
-def _long_thread(count: int) -> dict[str, Any]:
-    messages: list[Any] = []
-    for index in range(count):
-        if index % 2:
-            messages.append(HumanMessage(f"问题 {index} " * 20, id=f"h{index}"))
-        else:
-            call = {"name": "query_kb", "args": {"q": index}, "id": f"c{index}"}
-            messages.append(AIMessage(f"answer {index} " * 10, id=f"a{index}", tool_calls=[call]))
-    return {"messages": messages, "_summarization_event": {"cutoff_index": 3, "summary": "s"}}
-
-
-def test_s1_a_reread_payload_is_shared_safely_and_written_back_unchanged() -> None:
-    """Reading the same large payload again gives equal values in fresh containers (changing one
-    read's lists or dicts changes no other read); a changed payload is decoded anew; writing back
-    what was read gives LangGraph's own bytes, and a message added or replaced is written too."""
-    serde, langgraph = CheckpointSerializer(), JsonPlusSerializer()
-    values = _long_thread(400)
-    stored = langgraph.dumps_typed(values)
-    first, second = serde.loads_typed(stored), serde.loads_typed(stored)
-    assert first == second == values
-    assert first is not second and first["messages"] is not second["messages"]
-    first["messages"].append(HumanMessage("only in the first read", id="extra"))
-    first["_summarization_event"]["cutoff_index"] = 99
-    third = serde.loads_typed(stored)
-    assert third == values, "a change to one read's containers reached a later read"
-    assert serde.dumps_typed(second) == stored
-    # The first read with its new message and changed event is written as LangGraph writes it.
-    assert serde.dumps_typed(first) == langgraph.dumps_typed(first)
-    assert langgraph.loads_typed(serde.dumps_typed(first)) == first
-    # A replaced message (same id, new content) is written with its new content.
-    replaced = dict(second, messages=[*second["messages"][:-1], HumanMessage("replaced", id="h399")])
-    assert langgraph.loads_typed(serde.dumps_typed(replaced))["messages"][-1].content == "replaced"
-    changed = langgraph.dumps_typed(_long_thread(401))
-    assert serde.loads_typed(changed) == _long_thread(401)
-
-
-def test_s1_other_values_still_decode_the_langgraph_way() -> None:
-    standard, ours = JsonPlusSerializer(), CheckpointSerializer()
-    value = {
-        "note": _Note(title="退货政策", tags=["kb", "faq"]),
-        "when": datetime.datetime(2026, 12, 2, 15, 45, tzinfo=datetime.UTC),
-        "id": uuid.UUID(int=42),
-        "messages": [
-            HumanMessage("你好", id="h"),
-            AIMessage("", tool_calls=[{"name": "ls", "args": {"path": "."}, "id": "c"}], id="a"),
-            ToolMessage("a.txt", tool_call_id="c", id="t"),
-        ],
-        "plain": [1, 2.5, "三", None, True],
-    }
-    stored = standard.dumps_typed(value)
-    expected, decoded = standard.loads_typed(stored), ours.loads_typed(stored)
-    assert decoded["note"] == expected["note"] == value["note"]
-    assert decoded["when"] == value["when"] and decoded["id"] == value["id"]
-    assert decoded["plain"] == value["plain"]
-    _assert_same_messages(expected["messages"], decoded["messages"])
-    assert ours.loads_typed(standard.dumps_typed(None)) is None
+async def test_s12_the_next_run_counts_the_messages_the_last_run_read(
+    make_settings: SettingsFactory, tmp_path: Any
+) -> None:
+    """Issue 18 item 13, through a real `create_agent` graph with ctxpress on the service's saver:
+    each run starts by reading the thread's checkpoint, and its first model call receives, for every
+    message the previous run's calls received (read from its checkpoint, or the question it was
+    sent), the very same object -- so the token memo checks identities instead of comparing copies
+    -- and the count is the one an empty memo gives for the same messages."""
+    settings = make_settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    counter = TokenCounter()
+    middleware = ContextCompressionMiddleware(workdir=LocalWorkdir(tmp_path / "workdir"), counter=counter)
+    model = ScriptedChatModel(script=echo_script)
+    async with open_checkpointer(settings.database()) as saver:
+        await saver.setup()
+        agent = create_agent(
+            model, [], system_prompt="你是助手。", middleware=[middleware], checkpointer=saver
+        )
+        config = {"configurable": {"thread_id": f"t-{uuid.uuid4().hex[:8]}"}}
+        for turn in range(4):
+            await agent.ainvoke(
+                {"messages": [HumanMessage(f"第 {turn} 个问题：" + "内容" * 200, id=f"h{turn}")]}, config
+            )
+    first_calls = [request[1:] for request in model.requests]  # after the system prompt
+    assert [len(request) for request in first_calls] == [1, 3, 5, 7]
+    for previous, current in itertools.pairwise(first_calls):
+        assert all(again is earlier for again, earlier in zip(current, previous, strict=False))
+        assert current[-1] not in previous  # this run's question, sent with its request
+    last = first_calls[-1]
+    assert counter.count_request(last) == TokenCounter().count_request(list(last))
 
 
 def _graph(checkpointer: Any) -> Any:

@@ -54,8 +54,8 @@ from ctxpress.app.server.db.engine import SQLITE_BUSY_TIMEOUT_SECONDS
 from ctxpress.app.server.db.liveness import CheckoutLiveness
 from ctxpress.app.server.db.sqlite_connection import connect_in_loop
 from ctxpress.app.server.repositories.checkpoint_rows import SqliteCheckpointRows
-from ctxpress.app.server.runtime.checkpoint_serde import CheckpointSerializer
 from ctxpress.app.server.settings import DatabaseTarget
+from ctxpress.checkpoint_serde import CheckpointSerializer
 
 POSTGRES_POOL_MAX_SIZE = 10
 #: The SQLite write-ahead log is cut back to this size after each checkpoint of it (bytes); a prune
