@@ -228,14 +228,17 @@ class Reloader:
 
 
 class NextRun:
-    """A thread's last two runs as one service process serves them, its checkpoints read through
-    ctxpress's `CheckpointSerializer` (a new one, so nothing is kept from an earlier setup).
+    """A thread's last two runs as one service process serves them, its checkpoints written and read
+    through ctxpress's `CheckpointSerializer` (a new one per setup, so nothing is kept from an
+    earlier one).
 
     The previous run read the checkpoint holding everything before its question's answer
-    (`messages[:asked + 1]`, `asked` the second-to-last human message) and its model calls saw the
-    turn's new messages as the live objects the graph made. The next run reads the checkpoint
-    holding all of that (`messages[:question]`, `question` the last human message) and appends the
-    new question and what follows it as new objects (never seen by any count)."""
+    (`messages[:asked + 1]`, `asked` the second-to-last human message); its model calls saw the
+    turn's new messages as the live objects the graph made, and its last checkpoint was written
+    with them. The next run reads the checkpoint holding all of that (`messages[:question]`,
+    `question` the last human message, stored as LangGraph writes it), and its first model call
+    receives that and the new question (a new object, never seen by any count): the thread up to
+    its last question, not what the run makes after it."""
 
     def __init__(self, messages: Sequence[BaseMessage]) -> None:
         humans = [index for index, message in enumerate(messages) if isinstance(message, HumanMessage)]
@@ -245,12 +248,15 @@ class NextRun:
         self.previous = JsonPlusSerializer().dumps_typed({"messages": self.messages[: asked + 1]})
         self.turn = self.messages[asked + 1 : question]
         self.checkpoint = JsonPlusSerializer().dumps_typed({"messages": self.messages[:question]})
-        self.new = Reloader(self.messages[question:])
+        self.new = Reloader(self.messages[question : question + 1])
 
     def previous_run(self) -> tuple[CheckpointSerializer, list[BaseMessage]]:
-        """A new serializer, and what the previous run's last model call received."""
+        """A new serializer after the previous run (its checkpoint read, its last one written), and
+        what that run's last model call received."""
         serde = CheckpointSerializer()
-        return serde, [*serde.loads_typed(self.previous)["messages"], *self.turn]
+        state = [*serde.loads_typed(self.previous)["messages"], *self.turn]
+        serde.dumps_typed({"messages": state})
+        return serde, state
 
     def load(self, serde: CheckpointSerializer) -> list[BaseMessage]:
         """What the next run's first model call receives: its checkpoint read by `serde`, then the

@@ -12,9 +12,9 @@ are concatenated from real traces (`common.build_thread`), provider-valid.
 
 Paths, each timed round-robin across the three middlewares on the same request:
 - below threshold: cold (new message objects, empty token cache), reload (new message objects,
-  warm cache: a checkpoint reload between two turns by another serializer or process), next run
-  (the next run's first call in the same process, its checkpoint read through ctxpress's
-  `CheckpointSerializer`: `common.NextRun`), warm (the same objects again: the next call of the
+  warm cache: a checkpoint read by another serializer between two runs), next run (the next
+  run's first call, its checkpoint read through the ctxpress `CheckpointSerializer` that read and
+  wrote the previous run's: `common.NextRun`), warm (the same objects again: the next call of the
   same run);
 - L1: the threshold midway between the thread and its L1 view, so L1 alone brings it under; first
   pass (new workdir, new L1 cache: hashing, previews, writes) and repeated pass (same history);
@@ -353,7 +353,7 @@ class Diagnosis:
     encode: Timing  # encoding every string content of the thread to UTF-8 (a scan's first step)
     load_langgraph: Timing  # reading the next run's checkpoint with LangGraph's serializer
     load_first: Timing  # the same with a new CheckpointSerializer (no message kept yet)
-    load_next: Timing  # the same with the CheckpointSerializer that read the previous run's
+    load_next: Timing  # the same with the CheckpointSerializer that read and wrote the previous run's
     turn_messages: int  # messages the previous run made (decoded for the first time by the next)
     top_function: str  # largest self time in a profile of warm counts
     top_share: float
@@ -495,16 +495,16 @@ def explain(diagnosis: Diagnosis, rows: list[Row]) -> list[str]:
         f"largest self time in a "
         f"profile is `{diagnosis.top_function}` ({diagnosis.top_share:.0%}).",
         f"- next run (the first call of a run, its checkpoint read by the `CheckpointSerializer` that "
-        f"read the previous run's, `ctxpress.checkpoint_serde`): every message stored in the same bytes "
-        f"comes back as the object the previous run's calls counted, so the count is the warm path "
-        f"plus the {diagnosis.turn_messages} messages the previous run made (decoded for the first "
-        f"time, compared as a reload) and the new question; the whole call is "
+        f"read and wrote the previous run's, `ctxpress.checkpoint_serde`): every message stored in the "
+        f"same bytes comes back as the object the previous run's calls counted -- those it read and the "
+        f"{diagnosis.turn_messages} it made and wrote -- so the count is the warm path plus the new "
+        f"question; the whole call is "
         f"{next_run.ratio_da:.2f}× DeepAgents'. Reading that checkpoint takes "
         f"{diagnosis.load_next.p50_ms:.2f} ms, against {diagnosis.load_first.p50_ms:.2f} ms for a "
         f"serializer that kept nothing yet (messages rebuilt without validation) and "
         f"{diagnosis.load_langgraph.p50_ms:.2f} ms for LangGraph's own.",
-        f"- reload (the first call of a run whose checkpoint another serializer or process read: new "
-        f"objects): the new field list is compared "
+        f"- reload (the first call of a run whose checkpoint another serializer read, LangGraph's own "
+        f"for one: equal messages in new objects): the new field list is compared "
         f"with the remembered one in C, strings byte by byte (chars/4 reads only their lengths: no key "
         f"cheaper than the content stays right when a message is replaced under its id by text of the "
         f"same length), and kept so the run's later calls are identity checks again; that releases the "
@@ -658,10 +658,10 @@ def main(argv: list[str] | None = None) -> None:
         "`before_model` (where it acts). Peers: trigger at the same token count, keep 10 messages, their "
         "default chars/4 counter; DeepAgents with a `FilesystemBackend` and its `write_file`/`edit_file` "
         "argument truncation from the same trigger. cold = new message objects and an empty token cache; "
-        "reload = new message objects, warm cache (a checkpoint reload by another process or serializer); "
-        "next run = the next run's first call in the same process, its checkpoint read through "
-        "`ctxpress.checkpoint_serde.CheckpointSerializer` (`bench/common.py: NextRun`); warm = the same "
-        "objects again. "
+        "reload = new message objects, warm cache (a checkpoint read by another serializer, LangGraph's "
+        "own for one); next run = the next run's first call, its checkpoint read through the "
+        "`ctxpress.checkpoint_serde.CheckpointSerializer` that read and wrote the previous run's "
+        "(`bench/common.py: NextRun`); warm = the same objects again. "
         "L1 threshold: midway between the thread and its L1 view; L2 threshold: half the L1 view.",
         "",
         *render(rows),

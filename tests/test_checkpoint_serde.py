@@ -11,16 +11,24 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.checkpoint.sqlite import SqliteSaver
 from pydantic import BaseModel
 
+from ctxpress import ContextCompressionMiddleware, LocalWorkdir
 from ctxpress.checkpoint_serde import CheckpointSerializer
 from ctxpress.tools.traces import iter_conversations
+from tests.fakes import ScriptedChatModel
 
 
 class _Note(BaseModel):
@@ -202,3 +210,34 @@ def test_s1_a_message_edited_after_it_was_written_is_not_read_back_for_its_old_b
     assert (
         JsonPlusSerializer().loads_typed(serde.dumps_typed({"messages": [message]}))["messages"][0] == message
     )
+
+
+def _echo(messages: list[BaseMessage]) -> AIMessage:
+    return AIMessage(f"回声：{messages[-1].text}")
+
+
+@pytest.mark.parametrize("saver_kind", ["memory", "sqlite"])
+def test_s12_any_langgraph_saver_given_the_serializer_hands_the_next_run_its_objects(
+    saver_kind: str, tmp_path: Path
+) -> None:
+    """The README's use: a LangGraph saver of the library user's own, given `serde=`. Through a real
+    `create_agent` graph with ctxpress, each run's first model call receives the previous run's
+    messages as the very objects that run's call received."""
+    serde = CheckpointSerializer()
+    connection = sqlite3.connect(tmp_path / "checkpoints.sqlite", check_same_thread=False)
+    saver: BaseCheckpointSaver[Any] = (
+        InMemorySaver(serde=serde) if saver_kind == "memory" else SqliteSaver(connection, serde=serde)
+    )
+    model = ScriptedChatModel(script=_echo)
+    middleware = ContextCompressionMiddleware(workdir=LocalWorkdir(tmp_path / "workdir"))
+    agent = create_agent(model, [], system_prompt="你是助手。", middleware=[middleware], checkpointer=saver)
+    config = {"configurable": {"thread_id": "t"}}
+    try:
+        for turn in range(3):
+            agent.invoke({"messages": [HumanMessage(f"第 {turn} 个问题", id=f"h{turn}")]}, config)
+    finally:
+        connection.close()
+    calls = [request[1:] for request in model.requests]  # after the system prompt
+    assert [len(call) for call in calls] == [1, 3, 5]
+    for previous, current in itertools.pairwise(calls):
+        assert all(again is earlier for again, earlier in zip(current, previous, strict=False))
