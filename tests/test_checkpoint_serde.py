@@ -241,3 +241,17 @@ def test_s12_any_langgraph_saver_given_the_serializer_hands_the_next_run_its_obj
     assert [len(call) for call in calls] == [1, 3, 5]
     for previous, current in itertools.pairwise(calls):
         assert all(again is earlier for again, earlier in zip(current, previous, strict=False))
+
+
+def test_s1_a_payload_read_under_a_wider_allowlist_is_not_answered_under_a_narrower_one() -> None:
+    """LangGraph gives a graph's own state types to a strict serializer with
+    `with_msgpack_allowlist` (a copy). A large payload that copy decoded, custom type and all, is
+    not handed to the serializer it was copied from, whose allowlist refuses that type."""
+    strict = CheckpointSerializer(allowed_msgpack_modules=None)
+    wider = strict.with_msgpack_allowlist([_Note])
+    assert wider is not strict
+    stored = _stored(dict(_long_thread(400), note=_Note(title="退货政策", tags=["kb"])))
+    assert wider.loads_typed(stored)["note"] == _Note(title="退货政策", tags=["kb"])
+    refused = JsonPlusSerializer(allowed_msgpack_modules=None).loads_typed(stored)["note"]
+    assert not isinstance(refused, _Note)
+    assert strict.loads_typed(stored)["note"] == refused

@@ -37,7 +37,9 @@ seen -- the premise the token memo states too.
 
 Bounds: the kept messages' bytes (``kept_message_bytes``, two generations: a message not used
 since the older one was dropped is decoded again), and the kept payloads (``kept_payloads``).
-Neither bound changes a value, only how often one is decoded or encoded.
+Neither bound changes a value, only how often one is decoded or encoded. A copy LangGraph makes
+with ``with_msgpack_allowlist`` (strict mode, a graph's own state types) keeps its own: what was
+decoded under one allowlist is never answered under another.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from operator import is_
 from typing import Any, Final
 
@@ -196,6 +199,16 @@ class CheckpointSerializer(JsonPlusSerializer):
         #: payload digest -> the value decoded from it, and the records of its messages
         self._payloads: OrderedDict[bytes, tuple[Any, list[Kept]]] = OrderedDict()
         self._payloads_lock = threading.Lock()
+
+    def with_msgpack_allowlist(self, extra_allowlist: Iterable[tuple[str, ...] | type]) -> JsonPlusSerializer:
+        """LangGraph's copy with a wider allowlist, keeping nothing of this one's: what was decoded
+        under one allowlist (a message's fields may hold other types) is never answered under
+        another."""
+        clone = super().with_msgpack_allowlist(extra_allowlist)
+        if clone is not self and isinstance(clone, CheckpointSerializer):
+            clone.messages = StoredMessages(self.messages.max_bytes)
+            clone._payloads, clone._payloads_lock = OrderedDict(), threading.Lock()
+        return clone
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
         if obj is None or isinstance(obj, bytes | bytearray):

@@ -1,11 +1,12 @@
 """LangGraph's checkpointer for the configured database (SQLite file or PostgreSQL pool).
 
-Two additions to LangGraph's own savers, both for long threads (pruning a thread to its latest
+Three additions to LangGraph's own savers, all for long threads (pruning a thread to its latest
 checkpoint: `checkpoint_pruning.py`; the SQLite file is set to incremental auto-vacuum here, before
 the saver's `setup()` makes its tables):
 
-- `CheckpointSerializer`: stored LangChain messages are rebuilt without validating them again
-  (`checkpoint_serde.py`);
+- the library's `CheckpointSerializer` (`ctxpress/checkpoint_serde.py`): a message this process
+  wrote or read comes back as the same object (the next run's first token count is the warm path),
+  others are rebuilt without validating them again;
 - `one_checkpoint_read()`: within it, a checkpoint read by this task is read from the database
   once. Manual compression needs that: `aget_state` reads the latest checkpoint, and
   `aupdate_state` reads the very same one again before it writes. Under the conversation lock of an
