@@ -207,7 +207,9 @@ def _below_rows(
     bench: Bench, label: str, calls: dict[str, Callable[[list[BaseMessage]], str]], runs: Runs
 ) -> list[Row]:
     """Warm first, on a cache primed by these very objects (otherwise every lookup compares a
-    string with an equal copy); then reload (new objects, warm cache); then cold (cache cleared)."""
+    string with an equal copy); then reload (new objects, warm cache); then the next run (the
+    previous run's last call, then the next checkpoint read by the same `CheckpointSerializer`: only
+    the second call is timed); then cold (cache cleared)."""
     actions = {name: "below" for name in calls}
     bench.counter.clear()
     warm = time_interleaved({n: _same(bench, c) for n, c in calls.items()}, runs.below_warm)

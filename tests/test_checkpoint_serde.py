@@ -1,10 +1,11 @@
-"""`ctxpress.checkpoint_serde.CheckpointSerializer`: LangGraph's checkpoint serializer, with stored
-messages decoded once per process (issue 18 item 13: a checkpoint reload hands back the objects the
-token memo already counted, so the next run's first count is the warm path).
+"""`ctxpress.checkpoint_serde.CheckpointSerializer`: LangGraph's checkpoint serializer, keeping per
+process the messages it wrote or read (issue 18 item 13: a checkpoint reload hands back the objects
+the token memo already counted, so the next run's first count is the warm path).
 
 Oracles: decoded values equal LangGraph's own decoding field for field; a message stored in the same
-bytes comes back as the same object, a changed one as a new object equal to LangGraph's decoding;
-what is written back is what LangGraph writes.
+bytes comes back as the same object (identity), a changed or edited one as a new object equal to
+LangGraph's decoding; what is written is what LangGraph writes, byte for byte; a strict
+serializer decodes what LangGraph's strict serializer decodes.
 """
 
 from __future__ import annotations
