@@ -174,12 +174,6 @@ class StoredMessages:
             self._young_by_object[id(kept[0])] = kept
             self._young_bytes += size
 
-    def clear(self) -> None:
-        with self._lock:
-            for table in (self._young, self._old, self._young_by_object, self._old_by_object):
-                table.clear()
-            self._young_bytes = self._old_bytes = 0
-
 
 class CheckpointSerializer(JsonPlusSerializer):
     """`JsonPlusSerializer` that decodes a stored message once per process and hands the same object
