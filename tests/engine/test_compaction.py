@@ -1190,3 +1190,25 @@ def test_s2_a_private_empty_cache_is_used_not_replaced_by_the_global_one(workdir
     _view, trimmed = trim_kept_tool_results(messages, originals, config(), workdir, cache=private)
     assert trimmed, "the large result was trimmed"
     assert len(private) > 0, "the decision went into the caller's cache"
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"query": "汉" * 5000, "total": 0, "results": []},
+        {"total": 3, "results": []},
+        [],
+        {"data": {"hits": []}, "error": "index unavailable"},
+    ],
+)
+def test_s9_a_result_list_without_records_falls_back_to_the_generic_preview(
+    workdir: LocalWorkdir, result: Any
+) -> None:
+    """Issue 44 item 1: an empty result list raised IndexError; S10 keeps its head and tail instead."""
+    text = json.dumps(result, ensure_ascii=False) + " " * 4000
+    message = ToolMessage(content=text, tool_call_id="c1", name="query_kb", id="t1")
+    view = compact_view([message], CompressionConfig(summary_tool_result_token_limit=100), workdir)
+    assert len(view.offloaded) == 1
+    shown = view.messages[0].text
+    assert estimate_tokens(shown) < estimate_tokens(text)
+    assert "results; preview in original order" not in shown

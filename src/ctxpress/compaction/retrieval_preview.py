@@ -4,7 +4,8 @@ The result is parsed as JSON. In the original order and within the budget the pr
 number of results, every identifier (document, chunk and file ids alike), source, title, URL, score
 and a bounded body preview, and says how many results it left out, even when none fits. A source
 every result shares (one knowledge base, one site) is named once, in the first line, instead of on
-every result's line. Anything unexpected returns None so the caller falls back to S10.
+every result's line. Anything unexpected, a list without records included, returns None so the
+caller falls back to S10.
 """
 
 from __future__ import annotations
@@ -232,7 +233,7 @@ def retrieval_preview(text: str, budget: int, profile: str = "default") -> str |
     alone, and "" when not even that fits.
     """
     results = _find_result_list(_parse_json(text))
-    if results is None:
+    if not results:  # no list, or no record in it: what else the result says (an error) needs S10
         return None
     total = len(results)
     shared = shared_source(results)
