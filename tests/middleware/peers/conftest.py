@@ -14,6 +14,7 @@ from typing import Any
 
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
@@ -36,7 +37,7 @@ def config_for(threshold_tokens: int, keep: int = 10, **fields: Any) -> Compress
     )
 
 
-def thread(thread_id: str = THREAD_ID) -> dict[str, Any]:
+def thread(thread_id: str = THREAD_ID) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id}}
 
 

@@ -599,6 +599,7 @@ async def test_manual_compression_applies_and_chains_with_automatic_summaries(tm
     assert cutoffs[0] < cutoffs[1] == len(agent.messages()) - 2
     agent.turn("and now?")
     sent = view_messages(agent.last_request())
+    assert result.event is not None
     assert is_summary_message(sent[0]) and sent[0].text == result.event["summary_message"].text
     assert [m.id for m in sent[1:]] == [m.id for m in agent.messages()[cutoffs[1] : -1]]
 

@@ -84,7 +84,9 @@ def test_summary_message_is_a_marked_human_message(tmp_path: Path) -> None:
     Intended difference: ctxpress's summary is a HumanMessage starting with its own marker
     `[ctxpress:summary]`, with `lc_source="ctxpress_summary"`, naming the conversation file (S3, S15)."""
     agent = _summarised_agent(tmp_path)
-    summary = agent.event()["summary_message"]  # type: ignore[index]
+    event = agent.event()
+    assert event is not None
+    summary = event["summary_message"]
     assert isinstance(summary, HumanMessage)
     assert summary.text.startswith(SUMMARY_MARKER)
     assert summary.additional_kwargs["lc_source"] == SUMMARY_SOURCE
@@ -234,7 +236,9 @@ def test_reported_usage_never_triggers_a_summary(tmp_path: Path) -> None:
     model = _HeavyUsageModel(script=answers(4))
     agent = make_agent(tmp_path, config_for(10_000, keep=2), model=model, tools=[])
     events = [e for i in range(4) for e in agent.turn(question(i))]
-    assert agent.messages()[-1].usage_metadata["total_tokens"] == 202_501  # type: ignore[index]
+    last = agent.messages()[-1]
+    assert isinstance(last, AIMessage) and last.usage_metadata is not None
+    assert last.usage_metadata["total_tokens"] == 202_501
     assert events == [] and agent.summary_model.requests == []
 
 

@@ -122,7 +122,9 @@ def test_the_summary_reads_offloaded_previews_and_the_kept_view_is_raw(tmp_path:
     assert OFFLOAD_MARKER in prompt and "outputs/large_tool_results/search-" in prompt
     assert LARGE_RESULT not in prompt
     header, _saved = read_history(agent.workdir, event["file_path"])
-    assert any(path.startswith("outputs/large_tool_results/search-") for path in header["earlier_files"])
+    earlier = header["earlier_files"]
+    assert isinstance(earlier, list)
+    assert any(path.startswith("outputs/large_tool_results/search-") for path in earlier)
 
 
 def test_history_file_names_saved_results_and_the_conversation_file_has_them_whole(tmp_path: Path) -> None:
