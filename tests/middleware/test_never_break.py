@@ -7,15 +7,22 @@ its fix. Real `create_agent` graphs with scripted models and a real checkpointer
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
 
 from ctxpress import CompressionConfig, ContextCompressionMiddleware, LocalWorkdir
 from ctxpress.compaction.markers import parse_offload_reference
+from ctxpress.deepagents_drop_in import DeepAgentsCompressionMiddleware
+from ctxpress.summary.conflict import SummarizerConflictError
+from ctxpress.summary.event import EVENT_KEY, is_summary_message
 from tests.fakes import ScriptedChatModel, tool_call
+from tests.middleware.conftest import assert_provider_valid
 from tests.middleware.test_flow import THREAD, run_turn
 
 HUGE_QUERY = "汉" * 100_000
@@ -55,3 +62,66 @@ def test_item1_a_search_result_without_records_is_compacted_and_the_next_turn_su
     assert large and all(reference is not None for reference in large)
     saved = {reference.path for reference in large if reference is not None}
     assert all(json.loads(workdir.read_bytes(path))["query"] == HUGE_QUERY for path in saved)
+
+
+def _deepagents_thread(tmp_path: Path, checkpointer: Any, model: ScriptedChatModel) -> dict[str, Any]:
+    """A thread that DeepAgents' own summariser summarised; returns the event it left."""
+    from deepagents.backends import FilesystemBackend
+    from deepagents.middleware.summarization import SummarizationMiddleware
+
+    deepagents = SummarizationMiddleware(
+        ScriptedChatModel(script=[AIMessage(content=f"deepagents summary {i}") for i in range(5)]),
+        backend=FilesystemBackend(root_dir=tmp_path / "deepagents", virtual_mode=True),
+        trigger=("messages", 6),
+        keep=("messages", 2),
+    )
+    before = create_agent(model, [], middleware=[deepagents], checkpointer=checkpointer)
+    for index in range(4):
+        before.invoke({"messages": [HumanMessage(f"question {index}: " + "context " * 40)]}, THREAD)
+    event: dict[str, Any] = before.get_state(THREAD).values[EVENT_KEY]
+    assert event is not None and not is_summary_message(event["summary_message"])
+    return event
+
+
+def test_item3_a_thread_moved_from_deepagents_summariser_continues_through_ctxpress_summaries(
+    tmp_path: Path, workdir: LocalWorkdir, checkpointer: Any
+) -> None:
+    """S3, S15: the foreign event is adopted; ctxpress's next summary reads its summary and moves
+    the cutoff on in the full state; every later request is provider-valid (issue 44 item 3)."""
+    model = ScriptedChatModel(script=[AIMessage(content="answer " + "detail " * 40) for _ in range(30)])
+    foreign = _deepagents_thread(tmp_path, checkpointer, model)
+    summary_model = ScriptedChatModel(script=[AIMessage(content=f"ctxpress summary {i}") for i in range(10)])
+    middleware = DeepAgentsCompressionMiddleware(
+        CompressionConfig(summary_threshold=0.4, summary_keep_messages=2),
+        workdir=workdir,
+        summary_model=summary_model,
+    )
+    after = create_agent(model, [], middleware=[middleware], checkpointer=checkpointer)
+    for index in range(4):
+        after.invoke({"messages": [HumanMessage(f"later {index}: " + "context " * 40)]}, THREAD)
+        assert_provider_valid(model.requests[-1])
+    # The first ctxpress summary read the adopted one (its text is in the transcript it summarised).
+    assert summary_model.requests and foreign["summary_message"].text in summary_model.requests[0][-1].text
+    event = after.get_state(THREAD).values[EVENT_KEY]
+    assert is_summary_message(event["summary_message"]) and event["cutoff_index"] > foreign["cutoff_index"]
+
+
+def test_item3_a_foreign_summariser_active_outside_ctxpress_is_still_refused(
+    tmp_path: Path, workdir: LocalWorkdir
+) -> None:
+    """S3: two summarisers active in one agent are refused, whichever wrote the state's event."""
+    from deepagents.backends import FilesystemBackend
+    from deepagents.middleware.summarization import SummarizationMiddleware
+
+    model = ScriptedChatModel(script=[AIMessage(content="answer " + "detail " * 40) for _ in range(30)])
+    deepagents = SummarizationMiddleware(
+        ScriptedChatModel(script=[AIMessage(content=f"deepagents summary {i}") for i in range(5)]),
+        backend=FilesystemBackend(root_dir=tmp_path / "deepagents", virtual_mode=True),
+        trigger=("messages", 6),
+        keep=("messages", 2),
+    )
+    ours = ContextCompressionMiddleware(CompressionConfig(summary_threshold=100), workdir=workdir)
+    agent = create_agent(model, [], middleware=[deepagents, ours], checkpointer=InMemorySaver())
+    with pytest.raises(SummarizerConflictError):
+        for index in range(6):
+            agent.invoke({"messages": [HumanMessage(f"question {index}: " + "context " * 40)]}, THREAD)

@@ -7,8 +7,11 @@ orders are detected before any such request is sent:
 
 - ctxpress outermost: the inner chain gets a state whose `_summarization_event` refuses to be
   read (`guarded_state`); a summariser reading it raises.
-- ctxpress inner: the request reaching ctxpress already carries ctxpress's summary message, or the
-  state's event holds a summary that ctxpress did not write (`check_single_summarizer`).
+- ctxpress inner: the request reaching ctxpress already carries the summary message of the state's
+  event, ctxpress's or another summariser's (`check_single_summarizer`).
+
+An event another summariser left in the state, whose summary the request does not carry, is no
+conflict: the thread moved to ctxpress and continues from it (`adoption.py`).
 """
 
 from __future__ import annotations
@@ -66,12 +69,23 @@ def guarded_state(state: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_single_summarizer(messages: Sequence[BaseMessage], event: Any) -> None:
-    """Raise when the request or the state shows another summariser at work outside ctxpress."""
-    if isinstance(event, dict) and isinstance(event.get("summary_message"), BaseMessage):
-        if not is_summary_message(event["summary_message"]):
-            raise SummarizerConflictError("the state holds a summary that ctxpress did not write")
-        summary_id = event["summary_message"].id
-        if any(is_summary_message(m) and m.id == summary_id for m in messages):
+    """Raise when the request shows another summariser at work outside ctxpress: it already
+    carries the summary message of the state's event."""
+    if not isinstance(event, dict) or not isinstance(event.get("summary_message"), BaseMessage):
+        return
+    summary: BaseMessage = event["summary_message"]
+    if is_summary_message(summary):
+        if any(is_summary_message(m) and m.id == summary.id for m in messages):
             raise SummarizerConflictError(
                 "a middleware outside ContextCompressionMiddleware already applied ctxpress's summary"
             )
+    elif any(_same_message(m, summary) for m in messages):
+        raise SummarizerConflictError(
+            "another summariser outside ContextCompressionMiddleware applied its summary to the request"
+        )
+
+
+def _same_message(message: BaseMessage, summary: BaseMessage) -> bool:
+    if summary.id is not None:
+        return message.id == summary.id
+    return message.type == summary.type and message.content == summary.content

@@ -162,6 +162,8 @@ def effective_messages(
     shortened = state_messages is not None and _is_shortened(messages, state_messages)
     if event is None:
         return EffectiveMessages(list(messages), None, 0, state_messages)
+    from ctxpress.summary.adoption import adopt_event  # adoption builds on this module's names
+
     if not _valid_event(event):
         logger.warning("ignoring a malformed _summarization_event; using the full message list")
         return EffectiveMessages(list(messages), None, 0, state_messages)
@@ -174,4 +176,5 @@ def effective_messages(
         )
         return EffectiveMessages(list(messages), None, 0, state_messages)
     start = event["cutoff_index"] if shortened else cutoff
+    event = adopt_event(event)  # another summariser's event, left in the state before a switch
     return EffectiveMessages([event["summary_message"], *messages[cutoff:]], event, start, state_messages)

@@ -690,10 +690,6 @@ def test_a_malformed_event_falls_back_to_the_full_messages(tmp_path: Path, event
 # --- a thread summarised by DeepAgents, continued by ctxpress -------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 44: a `_summarization_event` written by DeepAgents' SummarizationMiddleware is refused, not adopted",
-)
 def test_a_thread_summarised_by_deepagents_continues_with_the_drop_in(tmp_path: Path) -> None:
     """Ports `test_chained_summarization_cutoff_index` across the switch: a thread whose
     `_summarization_event` DeepAgents' `SummarizationMiddleware` wrote is continued by
