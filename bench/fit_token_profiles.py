@@ -5,25 +5,37 @@
                                                           # (first cl100k_ideographs.py, if stale)
 
 Only the *fit* half of the samples is used (``token_samples.fit_half``); ``token_estimate.py`` reports
-errors on the other half. Objective for a matching profile: the squared *relative* error per sample,
-every text type weighted equally, weights non-negative (except the ``\\uXXXX`` weight, which corrects
-for the escape's hex digits also being counted as letters and digits).
+errors on the other half and ``token_loso.py`` on every source held out of a fit of its own.
+Objective for a matching profile: the squared *relative* error per sample, every text type weighted
+equally, an undercount weighing ``UNDERCOUNT_PENALTY`` times an overcount of the same size (an
+undercount is the dangerous direction: the request overflows instead of being compressed), weights
+non-negative (except the ``\\uXXXX`` weight, which corrects for the escape's hex digits also being
+counted as letters and digits).
 
-Stage 1 fits every weight on the goal text types, with the rare-class weights held at a prior and
-the CJK punctuation weight held at its directly measured cost (``marginal_cjk_punct_cost``).
+Stage 0 fits the ideograph weights (``han`` and cl100k's split ideographs, below) on the CJK runs of
+the Chinese samples alone, each run tokenized on its own: what ideographs cost, apart from the JSON,
+ASCII words and line breaks around them, with which they are collinear in whole texts (a fit on
+whole texts alone gave DeepSeek 0.49 tokens per ideograph where its CJK runs cost 0.61, and paid the
+rest through the punctuation and newlines of the texts it saw). The CJK punctuation weight is held
+at its directly measured cost (``marginal_cjk_punct_cost``) there and after.
+Stage 1 fits every other weight on the goal text types, with the stage-0 weights held and the
+rare-class weights held at a prior.
 Stage 2 fits the kana/hangul and two-byte weights on gettext catalogs (Japanese, Korean, Russian;
 see ``token_samples.gettext_catalog_samples``) with the stage-1 weights held; skipped when the catalogs
 are not installed. The astral (emoji) weight stays at its prior: there is no real text to fit it on.
 
 The last weight (``estimate.WEIGHT_NAMES``) is not a character class: the ideographs that cl100k
 encodes in several tokens (``tokens.ideographs``; the set of its one-token ideographs is read off its
-vocabulary and written to ``cl100k_ideographs.py``). It is fitted freely for cl100k; ``default`` may
-give it at most ``DEFAULT_SPLIT_IDEOGRAPHS_CAP``; every other profile holds it at 0 and therefore
-never computes it.
+vocabulary and written to ``cl100k_ideographs.py``). cl100k's 549 one-token ideographs are the most
+frequent ones, so the share of the others measures how rare a text's vocabulary is, which every
+family pays for (CrossWOZ's dish names cost o200k 1.56 tokens per ideograph, its hotels 1.45): every
+profile weighs it.
 
-``default`` is fitted to the middle of what o200k / Qwen / DeepSeek / Llama 3 allow on each text type
-(see ``fit_default``), subject to the mean relative error of every (family, text type) staying
-inside [-10% + margin, +25% - margin] on the fit half.
+``default`` (an unknown model) is a conservative envelope of all five families (``fit_default``): as
+close as it can get to the hungriest family's count, sample by sample, subject to its mean estimate
+being at least ``1 - DEFAULT_MAX_UNDER + DEFAULT_MARGIN`` of every family's count on every (text
+type, source) of the fit. So it overcounts the families that need fewer tokens (DeepSeek on Chinese
+by ~50%, where cl100k needs ~1.5x DeepSeek's tokens) rather than undercount any of them.
 """
 
 from __future__ import annotations
@@ -82,27 +94,44 @@ CL100K_ONE_TOKEN_IDEOGRAPHS: Final = (
 )
 # fmt: on
 '''
-#: The family whose profile weighs its split ideographs (`tokens.ideographs`).
+#: The family whose vocabulary defines the split ideographs (`tokens.ideographs`).
 SPLIT_IDEOGRAPHS_FAMILY = "cl100k"
 SPLIT_IDEOGRAPHS = WEIGHT_NAMES[-1]
-DEFAULT_FAMILIES = ("o200k", "qwen", "deepseek", "llama3")
-DEFAULT_BAND = (0.90, 1.25)  # allowed mean estimate / real ratio of `default`, per family and type
-# The split-ideograph weight `default` may use. Held out (`bench/token_loso.py`), 0 leaves Llama 3
-# at -11.6% on CrossWOZ's restaurants (dish names: rare ideographs it splits), a free weight takes
-# from every ideograph what it gives the split ones and leaves cl100k at -11.8% on ACEBench's Chinese
-# calls (the type's fewest split ideographs); at 0.1 every held-out `default` cell is in its band.
-DEFAULT_SPLIT_IDEOGRAPHS_CAP = 0.1
-DEFAULT_MARGIN = 0.015  # kept inside the band on the fit half, for the unseen half (JSON with \\uXXXX
-# escapes leaves only ~6% of room: Qwen needs 1.31x the tokens of the others there)
+IDEOGRAPH_WEIGHTS = ("han", SPLIT_IDEOGRAPHS)  # fitted in stage 0, on CJK runs
+#: How much more an undercount weighs than an overcount of the same relative size, per sample.
+UNDERCOUNT_PENALTY = 3.0
+#: `default` must stay at or above every family's count less this, per (text type, source) ...
+DEFAULT_MAX_UNDER = 0.10
+#: ... plus this margin on the fit half, for the text it was not fitted on.
+DEFAULT_MARGIN = 0.03
 RARE = ("kana_hangul", "two_byte", "astral")
 RARE_PRIOR = {"kana_hangul": 1.0, "two_byte": 1.0, "astral": 2.0}
 SIGNED = ("json_escapes",)
+CJK_RUN = re.compile(r"[\u4000-\u9fff\u3000-\u303f\uff00-\uff7f]+")  # ideographs and CJK punctuation
 # CJK punctuation occurs in step with ideographs (about one per ten), so least squares cannot tell
 # their weights apart and may give one of them all the cost (cl100k: 0 for "，"). Its weight is
 # measured directly instead: the tokens saved by deleting the punctuation from the real text.
 CJK_PUNCT = re.compile(r"[\u3000-\u303f\uff00-\uff7f]")
 
 Matrix = NDArray[np.float64]
+
+
+def sources_of(sample: TextSample) -> frozenset[str]:
+    """The independent sources a sample's text comes from (a mixed transcript has two)."""
+    if sample.text_type == "mixed_transcript":
+        return frozenset({"traces/tau-bench", "traces/glaive-toolcall"})
+    label = sample.source.split(" (+")[0].split("#")[0].split("[")[0]
+    parts = label.split("/")
+    if sample.text_type == "source_code":
+        return frozenset({f"package {parts[0]}"})
+    if parts[:2] == ["kb", "crosswoz"]:
+        return frozenset({"/".join(parts[:3])})  # one database file: attractions, hotels, ...
+    return frozenset({"/".join(parts[:2])})
+
+
+def cjk_runs(text: str) -> str:
+    """The text's runs of ideographs and CJK punctuation, one per line."""
+    return "\n".join(CJK_RUN.findall(text))
 
 
 def _design(samples: Sequence[TextSample]) -> Matrix:
@@ -143,17 +172,36 @@ def _fit_relative(
     free: list[int],
     fixed: Matrix,
     floors: dict[str, float],
+    undercount_penalty: float = 1.0,
 ) -> Matrix:
-    """Least squares on relative error for the `free` columns, the others held at `fixed`."""
+    """Least squares on relative error for the `free` columns, the others held at `fixed`; with an
+    `undercount_penalty` above 1, refitted with the undercounted samples weighed that much more
+    (iteratively reweighted, until the set of undercounted samples stops changing)."""
     scale = np.sqrt(weights) / tokens
     residual_target = tokens - features @ fixed
     lower = _lower_bounds(free, floors)
-    result = lsq_linear(
-        features[:, free] * scale[:, None], residual_target * scale, bounds=(lower, np.inf), method="bvls"
-    )
     fitted = fixed.copy()
-    fitted[free] = result.x
+    penalties = np.ones(len(tokens))
+    for _ in range(UNDERCOUNT_ROUNDS):
+        row_scale = scale * np.sqrt(penalties)
+        result = lsq_linear(
+            features[:, free] * row_scale[:, None],
+            residual_target * row_scale,
+            bounds=(lower, np.inf),
+            method="bvls",
+        )
+        fitted[free] = result.x
+        if undercount_penalty == 1.0:
+            break
+        under = features @ fitted < tokens
+        new_penalties = np.where(under, undercount_penalty, 1.0)
+        if np.array_equal(new_penalties, penalties):
+            break
+        penalties = new_penalties
     return fitted
+
+
+UNDERCOUNT_ROUNDS = 8
 
 
 def marginal_cjk_punct_cost(samples: Sequence[TextSample], count: Callable[[str], int]) -> float:
@@ -167,6 +215,20 @@ def marginal_cjk_punct_cost(samples: Sequence[TextSample], count: Callable[[str]
     return saved / deleted
 
 
+def fit_ideograph_weights(
+    runs: Matrix, run_tokens: Matrix, types: list[str], cjk_punct_cost: float
+) -> Matrix:
+    """Stage 0: the `IDEOGRAPH_WEIGHTS` fitted on CJK runs (`cjk_runs`: their features and tokens),
+    the CJK punctuation among them priced at `cjk_punct_cost`, every other weight 0."""
+    kept = [WEIGHT_NAMES.index(name) for name in (*IDEOGRAPH_WEIGHTS, "cjk_punct")]
+    only_cjk = np.zeros_like(runs)
+    only_cjk[:, kept] = runs[:, kept]  # the newlines between runs are not in `run_tokens`
+    fixed = np.zeros(len(WEIGHT_NAMES))
+    fixed[WEIGHT_NAMES.index("cjk_punct")] = cjk_punct_cost
+    free = [WEIGHT_NAMES.index(name) for name in IDEOGRAPH_WEIGHTS]
+    return _fit_relative(only_cjk, run_tokens, _row_weights(types), free, fixed, {}, UNDERCOUNT_PENALTY)
+
+
 def fit_profile(
     goal: Matrix,
     goal_tokens: Matrix,
@@ -174,67 +236,71 @@ def fit_profile(
     calib: Matrix,
     calib_tokens: Matrix,
     calib_types: list[str],
-    cjk_punct_cost: float,
+    ideographs: Matrix,
     floors: dict[str, float],
-    split_ideographs_weighed: bool,
 ) -> Matrix:
-    not_fitted_here = [*RARE, "cjk_punct"]
-    if not split_ideographs_weighed:
-        not_fitted_here.append(SPLIT_IDEOGRAPHS)  # held at 0: that profile never computes it
-    common = [i for i, name in enumerate(WEIGHT_NAMES) if name not in not_fitted_here]
-    start = np.zeros(len(WEIGHT_NAMES))
-    for name, value in {**RARE_PRIOR, "cjk_punct": cjk_punct_cost}.items():
+    """A family's weights; `ideographs`: stage 0's (`fit_ideograph_weights`), which it holds."""
+    held = [*RARE, "cjk_punct", *IDEOGRAPH_WEIGHTS]
+    common = [i for i, name in enumerate(WEIGHT_NAMES) if name not in held]
+    start = ideographs.copy()
+    for name, value in RARE_PRIOR.items():
         start[WEIGHT_NAMES.index(name)] = value
-    weights = _fit_relative(goal, goal_tokens, _row_weights(goal_types), common, start, floors)
+    weights = _fit_relative(
+        goal, goal_tokens, _row_weights(goal_types), common, start, floors, UNDERCOUNT_PENALTY
+    )
     if len(calib):
         calibrated = [WEIGHT_NAMES.index(name) for name in ("kana_hangul", "two_byte")]
-        held = weights.copy()
-        held[calibrated] = 0.0
-        weights = _fit_relative(calib, calib_tokens, _row_weights(calib_types), calibrated, held, floors)
+        held_weights = weights.copy()
+        held_weights[calibrated] = 0.0
+        weights = _fit_relative(
+            calib, calib_tokens, _row_weights(calib_types), calibrated, held_weights, floors
+        )
     return weights
 
 
-def fit_default(features: Matrix, per_family: dict[str, Matrix], types: list[str], start: Matrix) -> Matrix:
-    """Weights for an unknown model among DEFAULT_FAMILIES.
+def fit_default(
+    features: Matrix, per_family: dict[str, Matrix], types: list[str], groups: list[str], start: Matrix
+) -> Matrix:
+    """Weights for an unknown model: a conservative envelope of `per_family`'s counts.
 
-    Per text type, the estimate may range over a window: at least 90% of the hungriest family and at
-    most 125% of the leanest (as mean per-sample ratios). The target is the geometric middle of that
-    window times the hungriest family's count, so that every family keeps the most room on both sides
-    of the band; the band itself (less DEFAULT_MARGIN) is a hard constraint.
+    Objective: the squared relative distance of each sample's estimate to the hungriest family's
+    count of it, every text type weighted equally. Hard constraint: on every group of samples (a text
+    type's source, `groups`) the mean estimate / count ratio is at least ``1 - DEFAULT_MAX_UNDER +
+    DEFAULT_MARGIN`` for every family -- so `default` errs on the side of overcounting.
     """
-    stacked = np.stack([per_family[family] for family in DEFAULT_FAMILIES])
-    hungriest = stacked.max(axis=0)
-    low_band, high_band = DEFAULT_BAND
-    target = np.empty_like(hungriest)
-    for kind in sorted(set(types)):
-        rows = np.array([t == kind for t in types])
-        # estimate = k * hungriest  =>  ratio vs family f = k * mean(hungriest / f) = k * q_f
-        q = [(hungriest[rows] / per_family[family][rows]).mean() for family in DEFAULT_FAMILIES]
-        k_low, k_high = low_band / min(q), high_band / max(q)
-        target[rows] = np.sqrt(k_low * k_high) * hungriest[rows]
-
+    hungriest = np.max(np.stack(list(per_family.values())), axis=0)
     row_weights = _row_weights(types)
-    low, high = low_band + DEFAULT_MARGIN, high_band - DEFAULT_MARGIN
+    low = 1 - DEFAULT_MAX_UNDER + DEFAULT_MARGIN
     constraints = []
-    for family in DEFAULT_FAMILIES:
-        for kind in sorted(set(types)):
-            rows = np.array([t == kind for t in types])
-            mean_ratio = (features[rows] / per_family[family][rows][:, None]).mean(axis=0)  # ratio = c . v
-            constraints.append({"type": "ineq", "fun": lambda c, v=mean_ratio: c @ v - low})
-            constraints.append({"type": "ineq", "fun": lambda c, v=mean_ratio: high - c @ v})
+    for group in sorted(set(groups)):
+        rows = np.array([g == group for g in groups])
+        for tokens in per_family.values():
+            mean_ratio = (features[rows] / tokens[rows][:, None]).mean(axis=0)  # ratio = c . v
+            constraints.append(
+                {"type": "ineq", "fun": lambda c, v=mean_ratio: c @ v - low, "jac": lambda c, v=mean_ratio: v}
+            )
 
     def objective(c: Matrix) -> float:
-        relative = (features @ c - target) / target
+        relative = (features @ c - hungriest) / hungriest
         return float(np.sum(row_weights * relative**2))
+
+    def gradient(c: Matrix) -> Matrix:
+        relative = (features @ c - hungriest) / hungriest
+        result: Matrix = 2 * ((row_weights * relative / hungriest) @ features)
+        return result
 
     floors = pre_token_floors("default")
     bounds = [(None, None) if name in SIGNED else (floors.get(name, 0.0), None) for name in WEIGHT_NAMES]
     astral = WEIGHT_NAMES.index("astral")
     bounds[astral] = (start[astral], start[astral])
-    split = WEIGHT_NAMES.index(SPLIT_IDEOGRAPHS)
-    bounds[split] = (0.0, DEFAULT_SPLIT_IDEOGRAPHS_CAP)
     result = minimize(
-        objective, start, method="SLSQP", bounds=bounds, constraints=constraints, options={"maxiter": 500}
+        objective,
+        start,
+        jac=gradient,
+        method="SLSQP",
+        bounds=bounds,
+        constraints=constraints,
+        options={"maxiter": 500},
     )
     if not result.success:
         raise SystemExit(f"default profile: constrained fit failed: {result.message}")
@@ -248,6 +314,7 @@ class TokenTable:
     def __init__(self, tokenizers: dict[str, RealTokenizer]) -> None:
         self.tokenizers = tokenizers
         self._counts: dict[tuple[str, int], float] = {}
+        self._run_counts: dict[tuple[str, int], float] = {}
 
     def counts(self, family: str, samples: Sequence[TextSample]) -> Matrix:
         count = self.tokenizers[family].count
@@ -255,11 +322,24 @@ class TokenTable:
             [self._counts.setdefault((family, id(s)), float(count(s.text))) for s in samples], float
         )
 
+    def run_counts(self, family: str, samples: Sequence[TextSample]) -> Matrix:
+        """Tokens of each sample's CJK runs (`cjk_runs`), each run counted as if on its own (the
+        newline between two runs, one token, taken off)."""
+        count = self.tokenizers[family].count
+
+        def runs_tokens(sample: TextSample) -> float:
+            runs = cjk_runs(sample.text)
+            return float(count(runs) - runs.count("\n"))
+
+        return np.array([self._run_counts.setdefault((family, id(s)), runs_tokens(s)) for s in samples])
+
     def count(self, family: str) -> Callable[[str], int]:
         return self.tokenizers[family].count
 
 
 FITTED_FAMILIES = (*PROFILE_FAMILIES, "llama3")
+#: The text types whose samples' CJK runs stage 0 is fitted on.
+CJK_TYPES = ("chinese_prose", "json_chinese", "mixed_transcript")
 
 
 def fit_profiles(
@@ -285,6 +365,9 @@ def fit_profiles(
     punct_costs = {f: marginal_cjk_punct_cost(chinese, table.count(f)) for f in families}
     if verbose:
         print("measured tokens per CJK punctuation mark:", punct_costs, file=sys.stderr)
+    with_runs = [s for s in goal_samples if s.text_type in CJK_TYPES and CJK_RUN.search(s.text)]
+    runs = _design([TextSample(s.text_type, s.source, cjk_runs(s.text)) for s in with_runs])
+    run_types = [s.text_type for s in with_runs]
     fitted = {
         family: fit_profile(
             goal,
@@ -293,20 +376,19 @@ def fit_profiles(
             calib,
             calib_tokens[family],
             calib_types,
-            punct_costs[family],
+            fit_ideograph_weights(runs, table.run_counts(family, with_runs), run_types, punct_costs[family]),
             pre_token_floors(family),
-            split_ideographs_weighed=family == SPLIT_IDEOGRAPHS_FAMILY,
         )
         for family in families
     }
-    # `default` must hold its band on the calibration languages too (where present).
-    all_features = np.vstack([goal, calib])
-    all_types = goal_types + calib_types
-    start = np.max(np.stack([fitted[f] for f in DEFAULT_FAMILIES]), axis=0)  # feasible for the floors
+    # `default` must stay above every family on the calibration languages too (where present).
+    groups = [f"{s.text_type}: {', '.join(sorted(sources_of(s)))}" for s in goal_samples] + calib_types
+    start = np.max(np.stack([fitted[f] for f in families]), axis=0)  # feasible: above every family
     default = fit_default(
-        all_features,
-        {f: np.concatenate([goal_tokens[f], calib_tokens[f]]) for f in DEFAULT_FAMILIES},
-        all_types,
+        np.vstack([goal, calib]),
+        {f: np.concatenate([goal_tokens[f], calib_tokens[f]]) for f in families},
+        goal_types + calib_types,
+        groups,
         start,
     )
     return {"default": default, **{family: fitted[family] for family in PROFILE_FAMILIES}}

@@ -62,7 +62,7 @@ START, END = "<!-- token_estimate:start -->", "<!-- token_estimate:end -->"
 COMMAND = ".venv/bin/python bench/token_estimate.py"
 # Goals from the issue.
 MATCHING_MAX_MARE = 0.08
-DEFAULT_MAX_UNDER, DEFAULT_MAX_OVER = -0.10, 0.25
+DEFAULT_MAX_UNDER = -0.10  # `default` against every family (issue 44 item 6)
 
 
 def chars_over_four(text: str) -> int:
@@ -157,16 +157,15 @@ def error_section(
             row.append(
                 f"{_pct(cell.mean_signed, True)} [{_pct(cell.worst_under, True)}, {_pct(cell.worst_over, True)}]"
             )
-            in_scope = kind in TEXT_TYPES and family != "cl100k"
-            if in_scope and not DEFAULT_MAX_UNDER <= cell.mean_signed <= DEFAULT_MAX_OVER:
+            if kind in TEXT_TYPES and cell.mean_signed < DEFAULT_MAX_UNDER:
                 missed.append(f"default profile vs {family} on {kind}: mean {_pct(cell.mean_signed, True)}")
         rows.append(row)
     lines += [
         "**`default` profile**: mean signed relative error [worst sample under, worst sample over]. "
-        "Goal: mean within -10% / +25% for every family and type; met for o200k, Qwen, DeepSeek and "
-        "Llama 3. cl100k needs ~1.4x the tokens of o200k and ~1.6x those of DeepSeek for the same Chinese "
-        "text, so no single weight set can be within that band for all of them: use `cl100k` for GPT-4 / "
-        "GPT-3.5.",
+        "Goal: mean never below -10% for any family and type (an undercount overflows the request). "
+        "`default` is fitted as a conservative envelope of the five families (`bench/fit_token_profiles.py`), "
+        "so where they disagree it overcounts the lean ones: cl100k needs ~1.5x DeepSeek's tokens for "
+        "the same Chinese text. Name the matching profile for a closer count.",
         "",
         *_table(["text type", *families], rows),
         "",

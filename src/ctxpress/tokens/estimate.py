@@ -11,17 +11,22 @@ real threads, is in ``docs/benchmarks.md`` (``bench/token_estimate.py``).
 
 Profiles
 --------
-- ``cl100k``: OpenAI GPT-4 / GPT-3.5-turbo. Its profile also weighs the ideographs it splits into
-  several tokens (``ideographs``): it holds only a few hundred as single tokens.
+Every profile also weighs the ideographs cl100k splits into several tokens (``ideographs``): cl100k
+holds only its few hundred most frequent ideographs as single tokens, so the share of the others
+measures how rare a text's vocabulary is, which every family pays for.
+
+- ``cl100k``: OpenAI GPT-4 / GPT-3.5-turbo.
 - ``o200k``: OpenAI GPT-4o, GPT-4.1, o-series and later.
 - ``qwen``: Qwen2.5 / Qwen3.
 - ``deepseek``: DeepSeek-V3 / R1.
-- ``default``: an unknown model. Fitted to sit inside -10% / +25% of o200k, Qwen, DeepSeek and
-  Llama 3 on every measured text type, as close to the middle of that window as they allow, so it
-  leans high. It gives cl100k's split ideographs a small weight (at most 0.1 token each): they
-  stand for rare ideographs, which Llama 3 also splits (dish names in a restaurant listing). It
-  cannot also cover cl100k on Chinese text (cl100k needs 1.4-1.6x the tokens of the others there)
-  and undercounts it by ~25%: use ``cl100k`` for GPT-4 / GPT-3.5.
+- ``default``: an unknown model. A conservative envelope of cl100k, o200k, Qwen, DeepSeek and
+  Llama 3: as close as it can get to the hungriest of them, and never more than 10% under any of
+  them on any text type (an undercount is the dangerous direction: the request overflows instead of
+  being compressed). Where the families disagree it overcounts the lean ones: on Chinese text, where
+  cl100k needs ~1.5x DeepSeek's tokens, it counts about as cl100k does. Name the matching profile
+  for a closer count, or an exact tokenizer (``ctxpress.tokens.exact``) for an exact one.
+
+Held-out errors of every profile, per text type: ``docs/benchmarks.md`` (``bench/token_loso.py``).
 """
 
 from __future__ import annotations
