@@ -38,6 +38,7 @@ class SaveAndSummarize:
 class TrimTail:
     view: list[BaseMessage]
     originals: dict[str, ToolMessage]  # by tool_call_id
+    budget: int  # the preview budget of a trimmed result (`overflow_trim.trim_budgets`)
 
 
 Effect = CallModel | BuildL1View | SaveAndSummarize | TrimTail

@@ -7,9 +7,9 @@
          still at/above → L2: cutoff, history file, summary   │
                           → `_summarization_event` (S14, S15) │
                           → main model with [summary, *kept] ─┘
-    forced: L1 + L2 even below the threshold; if the model still overflows, trim the kept tool
-    results further and write those replacements to the state (S30); if nothing more can be cut,
-    emit `failed` and raise.
+    forced: L1 + L2 even below the threshold, then smaller requests until one fits: fewer kept
+    messages, the kept tool results trimmed further (written to the state, S30); each retry
+    strictly smaller than the last overflow. When none is, emit `failed` and raise.
 
 The flow is written once, as a generator that *yields* the effects it needs (call the main model,
 build the L1 view, save history + summarise). `wrap_model_call` and `awrap_model_call` only differ
@@ -57,8 +57,9 @@ from ctxpress.graph_run import (
     thread_id,
     tool_results_by_call_id,
 )
-from ctxpress.overflow_trim import trim_kept_tool_results
+from ctxpress.overflow_trim import trim_budgets, trim_kept_tool_results
 from ctxpress.pressure import RequestPressure, measure_request
+from ctxpress.retry_search import RetrySearch, smaller_keep
 from ctxpress.summary.conflict import check_single_summarizer, guarded_state
 from ctxpress.summary.event import (
     EVENT_KEY,
@@ -76,6 +77,7 @@ from ctxpress.summary.step import (
     keep_that_fits,
     plan_summary,
     save_and_summarize,
+    summary_cutoff,
 )
 from ctxpress.summary.summarizer import (
     short_error,
@@ -233,7 +235,12 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
 
     def _trim(self, effect: TrimTail, request: ModelRequest) -> tuple[list[BaseMessage], list[BaseMessage]]:
         return trim_kept_tool_results(
-            effect.view, effect.originals, self.config, self._resolve_workdir(request), self.compaction_cache
+            effect.view,
+            effect.originals,
+            self.config,
+            self._resolve_workdir(request),
+            self.compaction_cache,
+            budget=effect.budget,
         )
 
     # --- the flow -------------------------------------------------------------------------------
@@ -296,45 +303,118 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         l1: CompactionResult | None,
         overflow: ContextOverflowError,
     ) -> Flow:
-        """S6: an overflow forces L1 + L2; then tail trimming (S30); else `failed` and raise."""
+        """S6: an overflow forces L1 + L2, then a search for a request that fits (S30).
+
+        Every retry is strictly smaller than the last request that overflowed (a size-based
+        overflow would only repeat): the summary view without its carried sections, summaries
+        keeping fewer messages, the kept tool results trimmed to smaller previews. Only when none
+        of them is smaller, or each overflows too, does the call end with `ContextOverflowError`
+        naming what was tried.
+        """
         logger.warning("context overflow from the main model; forcing a summary")
         call.events.started(L2, tokens_before, reason=CONTEXT_OVERFLOW)
+        search = RetrySearch(limit=tokens_sent)
         try:
             if l1 is None:
                 l1 = yield BuildL1View(call.effective.messages)
-            if call.summary is None:
-                yield from self._summarize(call, l1, limit=0)
-            else:
+            if call.summary is not None:
                 self._drop_carried_sections(call)
-            view, tokens_view = self._retry_view(call, l1, tokens_sent)
-            # Never resend the payload that just overflowed, nor a larger one: a size-based
-            # overflow would only repeat. Each retry is strictly smaller than the last overflow.
-            if tokens_view < tokens_sent:
-                try:
-                    response = yield CallModel(call.with_messages(view))
-                except ContextOverflowError:
-                    tokens_sent = tokens_view
-                else:
-                    return self._finish_forced(call, view, tokens_before, tokens_view, l1, response)
-            trimmed_view, replacements = yield TrimTail(view, tool_results_by_call_id(call.request.messages))
-            tokens_trimmed = self._count(call, trimmed_view)
-            if not replacements or tokens_trimmed >= tokens_sent:
-                raise ContextOverflowError(
-                    "the request does not fit the model's context even after summarising, and no "
-                    "kept tool result is left to trim that would make it smaller"
-                ) from overflow
-            # Only messages with ids can replace their state copies (a plain list has none).
-            if stored := [message for message in replacements if message.id]:
-                call.state_update["messages"] = stored
-            response = yield CallModel(call.with_messages(trimmed_view))
-            return self._finish_forced(
-                call, trimmed_view, tokens_before, tokens_trimmed, l1, response, len(replacements)
+                response = yield from self._retry(call, search, "the summary without its sections", l1)
+                if response is not None:
+                    return self._finish_forced(call, tokens_before, l1, response, search)
+            # Summaries keeping fewer messages; each moves the cutoff past the last one made.
+            keep: int | None = None
+            summarised_to = (
+                call.summary_parts[0].span.end if call.summary_parts else call.effective.cutoff_index
             )
+            while keep != 0:
+                made = yield from self._forced_summary(call, l1, search.limit, keep, summarised_to)
+                if made is None:
+                    break
+                keep, summarised_to = made
+                response = yield from self._retry(call, search, f"a summary keeping {keep} messages", l1)
+                if response is not None:
+                    return self._finish_forced(call, tokens_before, l1, response, search)
+                keep = smaller_keep(keep)
+            if call.summary is None:
+                response = yield from self._retry(call, search, "the L1 view", l1)
+                if response is not None:
+                    return self._finish_forced(call, tokens_before, l1, response, search)
+            for budget in trim_budgets(self.config):
+                base = self._view_to_send(call, l1, search.limit)
+                trimmed, replacements = yield TrimTail(
+                    base, tool_results_by_call_id(call.request.messages), budget
+                )
+                if not replacements:
+                    continue
+                label = f"the kept tool results trimmed to {budget}-token previews"
+                response = yield from self._retry(call, search, label, l1, trimmed)
+                if response is not None:
+                    # Only messages with ids can replace their state copies (a plain list has none).
+                    if stored := [message for message in replacements if message.id]:
+                        call.state_update["messages"] = stored
+                    return self._finish_forced(call, tokens_before, l1, response, search, len(replacements))
+            raise ContextOverflowError(search.exhausted()) from overflow
         except GraphBubbleUp:
             raise
         except Exception as exc:
             call.events.failed(L2, short_error(exc), reason=CONTEXT_OVERFLOW)
             raise
+
+    def _retry(
+        self,
+        call: _Call,
+        search: RetrySearch,
+        label: str,
+        l1: CompactionResult,
+        view: list[BaseMessage] | None = None,
+    ) -> Generator[Effect, Any, ModelResponse | None]:
+        """Send `view` (by default the smaller of the summary view and the L1 view) when it is
+        smaller than the last overflow; None when it is not, or when it overflows too."""
+        view = self._view_to_send(call, l1, search.limit) if view is None else view
+        size = self._count(call, view)
+        if size >= search.limit:
+            search.not_smaller(label, size)
+            return None
+        try:
+            response: ModelResponse = yield CallModel(call.with_messages(view))
+        except ContextOverflowError:
+            search.overflowed(label, size)
+            return None
+        search.accept(view, size)
+        return response
+
+    def _view_to_send(self, call: _Call, l1: CompactionResult, limit: int) -> list[BaseMessage]:
+        """`[summary, *kept]` when it is smaller than `limit` or than the L1 view (S6: an overflow
+        forces a summary); otherwise the L1 view, and the summary leaves the state update: the
+        checkpoint must describe the request the model is sent."""
+        if call.summary is None:
+            return l1.messages
+        tokens_summary = self._count(call, call.summary.view)
+        if tokens_summary < limit or tokens_summary < self._count(call, l1.messages):
+            return call.summary.view
+        call.summary = None
+        call.summary_parts = None
+        call.state_update.pop(EVENT_KEY, None)
+        return l1.messages
+
+    def _forced_summary(
+        self, call: _Call, l1: CompactionResult, limit: int, keep: int | None, summarised_to: int
+    ) -> Generator[Effect, Any, tuple[int, int] | None]:
+        """A summary after an overflow of `limit` tokens that keeps at most `keep` messages (first
+        the configured keep), only as many as are themselves smaller than `limit`, and summarises
+        past `summarised_to` (a full-state cutoff); its keep and cutoff, or None when there is no
+        such summary."""
+        start = self.config.summary_keep_messages if keep is None else keep
+        fits = keep_that_fits(call.effective, start, lambda kept: self._sent(call, l1, kept) < limit)
+        while (cutoff := summary_cutoff(call.effective, fits)) is not None and (
+            call.effective.to_global(cutoff) <= summarised_to
+        ):
+            fits = smaller_keep(fits)
+            if fits == 0:
+                return None
+        step = yield from self._summarize(call, l1, room=0, keep=fits)
+        return None if step is None else (fits, step.event["cutoff_index"])
 
     def _drop_carried_sections(self, call: _Call) -> None:
         """S6/S30: after an overflow the summary message goes without its carried sections first."""
@@ -348,13 +428,13 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
     def _finish_forced(
         self,
         call: _Call,
-        view: list[BaseMessage],
         tokens_before: int,
-        tokens_after: int,
         l1: CompactionResult,
         response: ModelResponse,
+        search: RetrySearch,
         trimmed_tool_results: int = 0,
     ) -> ModelResponse | ExtendedModelResponse:
+        view, tokens_after = search.accepted
         self._record_pressure(call, view, tokens_after)
         details = _details(l1, call.summary)
         if trimmed_tool_results:
@@ -362,41 +442,26 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         call.events.completed(L2, tokens_before, tokens_after, details, reason=CONTEXT_OVERFLOW)
         return response_with_update(response, call.state_update)
 
-    def _retry_view(
-        self, call: _Call, l1: CompactionResult, tokens_sent: int
-    ) -> tuple[list[BaseMessage], int]:
-        """The view to retry (or trim) after an overflow of `tokens_sent`, with its size.
-
-        `[summary, *kept]` when it is smaller than what overflowed; otherwise the smaller of it and
-        the L1 view. A summary longer than what it replaces is then dropped from the state update:
-        the checkpoint must describe the request the model is sent.
-        """
-        tokens_l1 = self._count(call, l1.messages)
-        if call.summary is None:
-            return l1.messages, tokens_l1
-        tokens_summary = self._count(call, call.summary.view)
-        if tokens_summary < tokens_sent or tokens_summary < tokens_l1:
-            return call.summary.view, tokens_summary
-        call.summary = None
-        call.state_update.pop(EVENT_KEY, None)
-        return l1.messages, tokens_l1
-
     def _summarize(
-        self, call: _Call, l1: CompactionResult, limit: int | None = None
+        self, call: _Call, l1: CompactionResult, room: int | None = None, keep: int | None = None
     ) -> Generator[Effect, Any, SummaryStep | None]:
-        """L2 (S14, S15) for this call; records the event in the call's state update."""
+        """L2 (S14, S15) for this call; records the event in the call's state update.
+
+        Keeps the configured number of messages, fewer when they alone are at the threshold, or
+        `keep` when given. The carried sections take only the headroom below the threshold (or
+        below `room`: 0 after an overflow), so they are never what keeps the request over.
+        """
         full_state = state_messages(call.request) or call.request.messages
         threshold = self.config.threshold_tokens
 
-        def sent(kept: Sequence[BaseMessage]) -> int:  # measured as sent: the L1 view's tail
-            return self._count(call, l1.messages[len(l1.messages) - len(kept) :])
+        def sent(kept: Sequence[BaseMessage]) -> int:
+            return self._sent(call, l1, kept)
 
-        keep = keep_that_fits(
-            call.effective, self.config.summary_keep_messages, lambda kept: sent(kept) < threshold
-        )
-        # The carried sections take only the headroom below the threshold (or, forced, below the
-        # size that overflowed): they are never what keeps the request over.
-        limit = threshold if limit is None else min(threshold, limit)
+        if keep is None:
+            keep = keep_that_fits(
+                call.effective, self.config.summary_keep_messages, lambda kept: sent(kept) < threshold
+            )
+        limit = threshold if room is None else min(threshold, room)
         done: tuple[SummaryPlan, SavedSummary, SummaryStep] | None = None
         for _attempt in range(QUESTION_ATTEMPTS):
             plan = plan_summary(call.effective, l1.messages, full_state, self.config, thread_id(), keep)
@@ -423,6 +488,10 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         return step
 
     # --- measuring ------------------------------------------------------------------------------
+
+    def _sent(self, call: _Call, l1: CompactionResult, kept: Sequence[BaseMessage]) -> int:
+        """The size of a request of `kept` as sent: the L1 view's tail of that length."""
+        return self._count(call, l1.messages[len(l1.messages) - len(kept) :])
 
     def _count(self, call: _Call, messages: Sequence[BaseMessage]) -> int:
         # A LangGraph state's messages are values (replaced, never edited in place), so each one's

@@ -1,5 +1,5 @@
-"""S30 "overflow tail trimming": when even `[summary, *kept]` overflows the model, the largest kept
-tool results are offloaded with a much smaller preview.
+"""S30 "overflow tail trimming": when even `[summary, *kept]` overflows the model, the kept tool
+results are offloaded with smaller and smaller previews (`trim_budgets`), down to none.
 
 The replacements keep their message ids, so returning them as a state `messages` update replaces
 the checkpoint's copies and the checkpoint matches what the model saw. Their full text is in the
@@ -20,7 +20,8 @@ from ctxpress.config import CompressionConfig
 from ctxpress.tokens import estimate_tokens
 from ctxpress.workdir import Workdir
 
-#: Preview budget of a trimmed result: a quarter of the normal limit, at least a few lines.
+#: Preview budget of a trimmed result: a quarter of the normal limit, at least a few lines; then the
+#: header alone (a budget of 0: the path and hash, no preview).
 TRIM_SHARE = 4
 MIN_TRIM_PREVIEW_TOKENS = 16
 
@@ -30,19 +31,27 @@ def trim_budget(config: CompressionConfig) -> int:
     return min(limit, max(MIN_TRIM_PREVIEW_TOKENS, limit // TRIM_SHARE))
 
 
+def trim_budgets(config: CompressionConfig) -> list[int]:
+    """The preview budgets tried in turn after an overflow, largest first."""
+    return sorted({trim_budget(config), MIN_TRIM_PREVIEW_TOKENS, 0}, reverse=True)
+
+
 def trim_kept_tool_results(
     view: Sequence[BaseMessage],
     originals: Mapping[str, ToolMessage],
     config: CompressionConfig,
     workdir: Workdir,
     cache: CompactionCache | None = None,
+    *,
+    budget: int | None = None,
 ) -> tuple[list[BaseMessage], list[BaseMessage]]:
-    """The view with large tool results trimmed, and the trimmed messages for the state update.
+    """The view with tool results over `budget` trimmed to it (by default `trim_budget`), and the
+    trimmed messages for the state update.
 
     `originals` are the state's tool results by `tool_call_id` (messages of a plain list may have
     no ids, every tool result has a call id).
     """
-    budget = trim_budget(config)
+    budget = trim_budget(config) if budget is None else budget
     cache = cache if cache is not None else CompactionCache()
     names = tool_names_by_call_id(view)
     new_view: list[BaseMessage] = []
@@ -54,7 +63,7 @@ def trim_kept_tool_results(
             continue
         text = content_text(original.content)
         if parse_offload_reference(text) or estimate_tokens(text, config.token_profile) <= budget:
-            new_view.append(message)
+            new_view.append(message)  # small enough, or trimmed by an earlier overflow already
             continue
         trimmed, offloaded, _failure = compact_tool_message(
             original,

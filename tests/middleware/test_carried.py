@@ -200,9 +200,10 @@ def test_s14_every_compressed_fact_is_one_read_away_however_many_summaries(
             assert fact(number) in readable, f"{fact(number)} is not one read away in request {answered}"
     summary = content_text(event["summary_message"].content)
     named = [path.rstrip(".") for path in NAMED_PATH.findall(summary)]
-    assert len(named) == 1 and is_conversation_file(named[0]), "one path, no list of files"
-    assert f"Every earlier message is in full in the workdir at {named[0]}." in summary
-    header, messages = read_history(workdir, named[0])
+    # Issue 44 item 5: this summary's history file (S15) and the conversation file, no list of files.
+    assert named == [event["file_path"], named[1]] and is_conversation_file(named[1]), named
+    assert f"every earlier message is in full at {named[1]}." in summary
+    header, messages = read_history(workdir, named[1])
     cutoff = event["cutoff_index"]
     assert header["range"] == [0, cutoff] and event["file_path"] in header["history_files"]
     assert [(m.id, m.content) for m in messages] == [(m.id, m.content) for m in state["messages"][:cutoff]]
@@ -352,8 +353,8 @@ def test_s14_whole_question_leaves_room_for_the_file_list(
     for text in summaries.values():
         assert LONG_QUESTION in text, "the premise: the question is quoted whole"
         named = [path.rstrip(".") for path in NAMED_PATH.findall(text)]
-        if files == "conversation file":
-            assert len(named) == 1 and is_conversation_file(named[0])
+        if files == "conversation file":  # its own history file and the conversation file
+            assert len(named) == 2 and is_conversation_file(named[1]) and not is_conversation_file(named[0])
         else:
             assert len(named) >= 2, "the summary names its own history file and at least one earlier file"
 

@@ -124,8 +124,9 @@ def test_the_agents_own_read_file_opens_offloaded_results_and_history_files(tmp_
     state = agent.state()
     history_path = state["_summarization_event"]["file_path"]
     summary_text = state["_summarization_event"]["summary_message"].text
-    named = re.search(r"in full in the workdir at (\S+)\.", summary_text)
+    named = re.search(r"every earlier message is in full at (\S+)\.", summary_text)
     assert history_path and named and is_conversation_file(named.group(1))
+    assert f"The summarised messages are in the workdir at {history_path};" in summary_text
     conversation_path = named.group(1)
     offloaded = next(
         reference
@@ -152,14 +153,14 @@ def test_the_agents_own_read_file_opens_offloaded_results_and_history_files(tmp_
 
 
 def test_overflow_trimming_writes_the_trimmed_results_into_the_deep_agents_state(tmp_path: Path) -> None:
-    # S6/S30: two kept kb results whose previews still overflow a small window.
-    script = [kb_call("a", 0), kb_call("b", 3), AIMessage(content="答案")]
+    # S6/S30: a kb result of the current turn (no summary keeps less) whose preview still
+    # overflows a small window.
     config = CompressionConfig(summary_threshold=100, summary_keep_messages=6)
-    agent = DeepAgent(tmp_path, ScriptedChatModel(script=script), config)
-    agent.turn("先查一下")
-    window = count_request_tokens(agent.model.requests[-1][:-4]) + 600
+    agent = DeepAgent(tmp_path, ScriptedChatModel(script=[AIMessage(content="好的")]), config)
+    agent.turn("先不查")
+    window = count_request_tokens(agent.model.requests[-1]) + 250
     agent.model.context_window = window
-    agent.model.script = [AIMessage(content="最终答案")]
+    agent.model.script = [kb_call("a", 0), AIMessage(content="最终答案")]
     events = agent.turn("再问一次")
     state = agent.state()
     trimmed = [

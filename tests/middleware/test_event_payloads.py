@@ -53,7 +53,8 @@ def test_automatic_l1_events(workdir: LocalWorkdir, checkpointer: Any) -> None:
 
 
 def test_forced_l2_events_with_trimming(workdir: LocalWorkdir, checkpointer: Any) -> None:
-    model = ScriptedChatModel(script=[kb_call("a", 0), kb_call("b", 3), AIMessage(content="答案")])
+    # The search result is in the current turn: no summary keeps less than it, so it is trimmed.
+    model = ScriptedChatModel(script=[AIMessage(content="北京的景点很多。" * 40)])
     middleware = ContextCompressionMiddleware(
         CompressionConfig(summary_threshold=100, summary_keep_messages=6),
         workdir=workdir,
@@ -61,15 +62,15 @@ def test_forced_l2_events_with_trimming(workdir: LocalWorkdir, checkpointer: Any
     )
     agent = build_agent(model, middleware, checkpointer)
     run_turn(agent, "先不限制")
-    model.context_window = 700
-    model.script = [AIMessage(content="最终答案")]
+    model.context_window = 300
+    model.script = [kb_call("a", 0), AIMessage(content="最终答案")]
     started, completed = run_turn(agent, "再问一次")
     for event in (started, completed):
         assert_plain(event)
     assert list(started) == [*STARTED_KEYS, "reason"]
     assert (started["level"], started["reason"]) == ("l2", "context_overflow")
     assert list(completed) == [*COMPLETED_KEYS, "reason", *L1_DETAILS, *L2_DETAILS, "trimmed_tool_results"]
-    assert completed["trimmed_tool_results"] == 2
+    assert completed["trimmed_tool_results"] == 1
 
 
 def test_forced_failure_event(workdir: LocalWorkdir, checkpointer: Any) -> None:

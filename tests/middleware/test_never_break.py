@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain_core.exceptions import ContextOverflowError
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -21,6 +22,7 @@ from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.deepagents_drop_in import DeepAgentsCompressionMiddleware
 from ctxpress.summary.conflict import SummarizerConflictError
 from ctxpress.summary.event import EVENT_KEY, is_summary_message
+from ctxpress.tokens import count_request_tokens
 from tests.fakes import ScriptedChatModel, tool_call
 from tests.middleware.conftest import assert_provider_valid
 from tests.middleware.test_flow import THREAD, run_turn
@@ -125,3 +127,37 @@ def test_item3_a_foreign_summariser_active_outside_ctxpress_is_still_refused(
     with pytest.raises(SummarizerConflictError):
         for index in range(6):
             agent.invoke({"messages": [HumanMessage(f"question {index}: " + "context " * 40)]}, THREAD)
+
+
+def test_item2_an_overflow_that_fewer_kept_messages_would_fix_is_fixed(workdir: LocalWorkdir) -> None:
+    """S6, S14: after an overflow, the summary keeps fewer messages until the retry is smaller than
+    what overflowed and fits (issue 44 item 2; before, only the threshold bounded the keep)."""
+    model = ScriptedChatModel(script=[AIMessage(content="answer " + "detail " * 12) for _ in range(12)])
+    summary_model = ScriptedChatModel(script=[AIMessage(content="summary")] * 12)
+    config = CompressionConfig(summary_threshold=400 / 1024, summary_keep_messages=4)
+    middleware = ContextCompressionMiddleware(config, workdir=workdir, summary_model=summary_model)
+    agent = create_agent(model, [], middleware=[middleware], checkpointer=InMemorySaver())
+    for index in range(3):
+        agent.invoke({"messages": [HumanMessage(f"question {index}: " + "context " * 12)]}, THREAD)
+    # The next request (~144 tokens) overflows; a summary with the question alone (~114) fits.
+    model.context_window = 120
+    agent.invoke({"messages": [HumanMessage("question 3: " + "context " * 12)]}, THREAD)
+    assert count_request_tokens(model.requests[-1]) <= model.context_window
+    assert agent.get_state(THREAD).values["messages"][-1].type == "ai"
+
+
+def test_item2_when_nothing_smaller_fits_the_error_names_what_was_tried(workdir: LocalWorkdir) -> None:
+    """S6: the documented error, only after every smaller request was tried, each named."""
+    model = ScriptedChatModel(script=[AIMessage(content="answer " + "detail " * 40) for _ in range(12)])
+    summary_model = ScriptedChatModel(script=[AIMessage(content="summary")] * 12)
+    config = CompressionConfig(summary_threshold=100, summary_keep_messages=4)
+    middleware = ContextCompressionMiddleware(config, workdir=workdir, summary_model=summary_model)
+    agent = create_agent(model, [], middleware=[middleware], checkpointer=InMemorySaver())
+    for index in range(3):
+        agent.invoke({"messages": [HumanMessage(f"question {index}: " + "context " * 40)]}, THREAD)
+    model.context_window = 40  # less than the new question alone
+    with pytest.raises(ContextOverflowError, match=r"every smaller request was tried: .*a summary keeping"):
+        agent.invoke({"messages": [HumanMessage("question 3: " + "context " * 40)]}, THREAD)
+    model.context_window = None  # the conversation goes on once the model can take it
+    agent.invoke({"messages": [HumanMessage("question 4")]}, THREAD)
+    assert agent.get_state(THREAD).values["messages"][-1].type == "ai"

@@ -42,9 +42,14 @@ def summary_message_text(
 ) -> str:
     """The summary message: marker, where the full text is, the summary, then `sections`.
 
-    Where: the thread's conversation file when there is one (every earlier message, this
-    summary's span included: one path for all of them), else this summary's history file."""
-    if conversation_file:
+    Where: this summary's history file (the event's `file_path`, S15) and, when there is one, the
+    thread's conversation file (every earlier message, whole: one path for all of them)."""
+    if conversation_file and file_path:
+        where = (
+            f"The summarised messages are in the workdir at {file_path}; every earlier message is in "
+            f"full at {conversation_file}."
+        )
+    elif conversation_file:
         where = f"Every earlier message is in full in the workdir at {conversation_file}."
     elif file_path:
         where = f"The full text of the summarised messages is in the workdir at {file_path}."

@@ -171,15 +171,16 @@ def test_second_summary_reads_the_first_summary_but_the_conversation_file_has_on
 def test_summary_message_names_where_the_full_text_is(tmp_path: Path) -> None:
     """Ports `TestSummaryMessageFormat::test_summary_includes_file_path`,
     `test_summary_includes_file_path_after_second_summarization` and `test_summary_has_lc_source_marker`.
-    S14/S15: after each summary the summary message (first in the request) names the conversation
-    file and contains the summary text; the event names the history file. Intended difference: the
+    S14/S15: after each summary the summary message (first in the request) names its history file
+    (the event's) and the conversation file, and contains the summary text. Intended difference: the
     marker is `[ctxpress:summary]` (no `<summary>` tags, no `lc_source="summarization"`)."""
     agent = _plain(tmp_path)
     for event in _until_summaries(agent, count=2):
         text = event["summary_message"].text
         assert text.startswith(SUMMARY_MARKER)
         (conversation,) = agent.conversation_files()
-        assert f"in full in the workdir at {conversation}." in text
+        assert f"every earlier message is in full at {conversation}." in text
+        assert f"in the workdir at {event['file_path']};" in text  # issue 44 item 5: both files
         assert agent.workdir.exists(event["file_path"])
     sent = view_messages(agent.last_request())
     assert sent[0].text == agent.event()["summary_message"].text  # type: ignore[index]
@@ -453,10 +454,6 @@ async def test_context_overflow_forces_a_summary(tmp_path: Path, use_async: bool
     assert isinstance(agent.messages()[-1], AIMessage)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 44: the forced summary keeps the messages that fit the threshold, not the overflowed size",
-)
 def test_context_overflow_keeps_fewer_messages_when_that_fits(tmp_path: Path) -> None:
     """Ports `test_context_overflow_triggers_summarization` with a model window (170 tokens) far
     below the threshold (400): after the overflow, the summary must keep few enough recent
