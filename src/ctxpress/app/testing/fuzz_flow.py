@@ -765,8 +765,12 @@ class Violation:
     traceback: str = ""
 
     def signature(self) -> str:
-        """What tells two violations apart: the invariant and the detail without its numbers."""
-        return f"{self.invariant}: {re.sub(r'[0-9]+', 'N', self.detail)[:160]}"
+        """What tells two violations apart: the invariant and the detail without its numbers,
+        file names and message ids."""
+        detail = re.sub(r"outputs/\S+", "<file>", self.detail)
+        detail = re.sub(r"\b(?:h|ai|t-r)-[\w-]+", "<message>", detail)
+        detail = re.sub(r"\ba?sync\b", "<mode>", detail)
+        return f"{self.invariant}: {re.sub(r'[0-9]+', 'N', detail)[:160]}"
 
 
 @dataclass
