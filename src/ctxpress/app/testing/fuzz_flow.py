@@ -55,9 +55,10 @@ from pydantic import ConfigDict, Field, PrivateAttr
 from ctxpress.checkpoint_serde import CheckpointSerializer
 from ctxpress.compaction.argument_offload import argument_text
 from ctxpress.compaction.arguments import FILE_WRITING_TOOLS
-from ctxpress.compaction.content import content_text
+from ctxpress.compaction.content import content_text, with_text
 from ctxpress.compaction.markers import (
     is_omitted_argument,
+    offload_header,
     offloaded_argument_path,
     parse_offload_reference,
 )
@@ -810,6 +811,19 @@ def minimal_tail(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     return tail[start:]
 
 
+#: The least text a tool result can be trimmed to: an offload header without a preview.
+LEAST_TOOL_TEXT = offload_header("tool", "outputs/large_tool_results/tool-0.txt", "0" * 64, 0, 0)
+
+
+def _least_form(message: BaseMessage) -> BaseMessage:
+    if not isinstance(message, ToolMessage):
+        return message
+    text = content_text(message.content)
+    if estimate_tokens(text) <= estimate_tokens(LEAST_TOOL_TEXT):
+        return message
+    return message.model_copy(update={"content": with_text(message.content, LEAST_TOOL_TEXT)})
+
+
 def pairing_problems(messages: Sequence[BaseMessage]) -> list[str]:
     """Every tool result follows the AI message that called it; every call is answered before the
     next non-tool message (multisets: a provider may repeat an id)."""
@@ -926,12 +940,12 @@ class _Checker:
     def _nothing_smaller(self, attempt: Attempt) -> bool:
         """The request was as small as the middleware may make it, or its least possible form
         overflows as well: the system prompt, a summary message with an empty summary (whenever
-        anything is cut, or already summarised) and the kept part's messages other than tool
-        results."""
+        anything is cut, or already summarised) and the minimal kept part, each tool result in it
+        no larger than a bare offload header (its non-text blocks kept)."""
         if is_minimal(attempt.messages) and self._trimmed(attempt):
             return True
         window = self.case.context_window
-        floor = [m for m in minimal_tail(attempt.messages) if not isinstance(m, ToolMessage)]
+        floor = [_least_form(m) for m in minimal_tail(attempt.messages)]
         system = [attempt.system] if attempt.system is not None else []
         cut = len(_tail(attempt.messages)) > len(minimal_tail(attempt.messages))
         summary = [LEAST_SUMMARY] if cut or _is_summary(attempt.messages[0]) else []
