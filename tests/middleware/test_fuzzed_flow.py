@@ -79,12 +79,6 @@ def test_no_unexpected_exception_and_sync_equals_async(case: FlowCase) -> None:
     checked(case, {"exception", "sync==async", "events"})
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="engine defect: after an overflow the summary keeps the messages that fit the threshold, "
-    "not the size that overflowed, so ContextOverflowError is raised (and the next turn fails too) "
-    "while keeping fewer messages would fit",
-)
 @fuzz_settings(60)
 @given(
     case=flow_cases(windows=st.one_of(st.integers(min_value=20, max_value=2_000), st.integers(2_000, 60_000)))

@@ -815,13 +815,18 @@ def minimal_tail(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
 LEAST_TOOL_TEXT = offload_header("tool", "outputs/large_tool_results/tool-0.txt", "0" * 64, 0, 0)
 
 
-def _least_form(message: BaseMessage) -> BaseMessage:
+def _least_form(message: BaseMessage, budget: int) -> BaseMessage:
+    """`message` as small as overflow trimming makes it: a tool result over `budget` tokens becomes
+    a bare offload header and a preview of about `budget` tokens (`overflow_trim.trim_budget`)."""
     if not isinstance(message, ToolMessage):
         return message
     text = content_text(message.content)
-    if estimate_tokens(text) <= estimate_tokens(LEAST_TOOL_TEXT):
+    if estimate_tokens(text) <= budget + estimate_tokens(LEAST_TOOL_TEXT):
         return message
-    return message.model_copy(update={"content": with_text(message.content, LEAST_TOOL_TEXT)})
+    chars = max(1, budget)
+    while chars < len(text) and estimate_tokens(text[:chars]) < budget:
+        chars *= 2
+    return message.model_copy(update={"content": with_text(message.content, LEAST_TOOL_TEXT + text[:chars])})
 
 
 def pairing_problems(messages: Sequence[BaseMessage]) -> list[str]:
@@ -939,16 +944,19 @@ class _Checker:
 
     def _nothing_smaller(self, attempt: Attempt) -> bool:
         """The request was as small as the middleware may make it, or its least possible form
-        overflows as well: the system prompt, a summary message with an empty summary (whenever
-        anything is cut, or already summarised) and the minimal kept part, each tool result in it
-        no larger than a bare offload header (its non-text blocks kept)."""
+        overflows as well: the system prompt, the request's summary message (or, when anything is
+        cut and it has none, one with an empty summary) and the minimal kept part, each tool result in it
+        as overflow trimming leaves it (an offload header and a preview of `trim_budget`)."""
         if is_minimal(attempt.messages) and self._trimmed(attempt):
             return True
         window = self.case.context_window
-        floor = [_least_form(m) for m in minimal_tail(attempt.messages)]
+        floor = [_least_form(m, trim_budget(self.config)) for m in minimal_tail(attempt.messages)]
         system = [attempt.system] if attempt.system is not None else []
         cut = len(_tail(attempt.messages)) > len(minimal_tail(attempt.messages))
-        summary = [LEAST_SUMMARY] if cut or _is_summary(attempt.messages[0]) else []
+        if attempt.messages and _is_summary(attempt.messages[0]):
+            summary = [attempt.messages[0]]  # its text is what the summariser gave (or its digest)
+        else:
+            summary = [LEAST_SUMMARY] if cut else []
         return window is not None and FuzzChatModel().size([*system, *summary, *floor]) > window
 
     # -- I3: pairs ----------------------------------------------------------------------------------
