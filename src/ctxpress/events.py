@@ -63,6 +63,8 @@ class CompressionDetails(TypedDict, total=False):
     history_error: str
     #: Forced path only (S30): kept tool results trimmed further and written to the state.
     trimmed_tool_results: int
+    #: Rules that raised and whose fallback was used, as "rule: error" (ctxpress.containment).
+    degraded: list[str]
 
 
 class CompressionStarted(TypedDict):

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Annotated, Any, NotRequired, cast
 
 from langchain.agents.middleware.types import (
@@ -40,6 +42,7 @@ from langgraph.errors import GraphBubbleUp
 
 from ctxpress.compaction import CompactionCache, CompactionResult, compact_view
 from ctxpress.config import CompressionConfig
+from ctxpress.containment import RULE_FLOW, RULE_PRESSURE, constant, contain
 from ctxpress.events import CONTEXT_OVERFLOW, L1, L2, CompressionDetails, CompressionEvents, Level
 from ctxpress.flow import (
     BuildL1View,
@@ -111,6 +114,7 @@ class _Call:
     state_update: dict[str, Any] = field(default_factory=dict)
     summary: SummaryStep | None = None
     summary_parts: tuple[SummaryPlan, SavedSummary] | None = None  # to rebuild it without sections
+    model_raised: bool = False  # the main model (or the chain inside ctxpress) raised, not ctxpress
 
     def with_messages(self, messages: list[BaseMessage]) -> ModelRequest:
         # The inner chain must not read the event again (S3: one summariser per state).
@@ -247,16 +251,18 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
 
     def _flow(self, request: ModelRequest) -> Flow:
         check_single_summarizer(request.messages, request.state.get(EVENT_KEY))
+        state = state_messages(request)
+        effective = contain(
+            RULE_FLOW,
+            partial(effective_messages, request.messages, request.state.get(EVENT_KEY), state),
+            partial(EffectiveMessages, list(request.messages), None, 0, state),
+        )
         call = _Call(
-            request=request,
-            effective=effective_messages(
-                request.messages, request.state.get(EVENT_KEY), state_messages(request)
-            ),
-            events=CompressionEvents(writer=stream_writer(request)),
+            request=request, effective=effective, events=CompressionEvents(writer=stream_writer(request))
         )
         threshold = self.config.threshold_tokens
-        tokens_before = self._count(call, call.effective.messages)
         try:
+            tokens_before = self._count(call, call.effective.messages)
             if tokens_before < threshold:
                 return (yield from self._send(call, call.effective.messages, tokens_before, tokens_before))
             call.events.started(L1, tokens_before, threshold=threshold)
@@ -273,7 +279,27 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             raise
         except Exception as exc:
             call.events.failed(L2 if EVENT_KEY in call.state_update else L1, short_error(exc))
+            if call.model_raised:
+                raise  # the model's own error (or an inner middleware's): not ours to hide
+            # Our own code failed: the request goes out uncompressed, the state as it was.
+            logger.warning(
+                "ctxpress could not compress this request (%s); sending it as it is", exc, exc_info=exc
+            )
+            call.state_update.clear()
+            call.summary = call.summary_parts = None
+            tokens = contain(RULE_FLOW, partial(self._count, call, call.effective.messages), constant(sys.maxsize))
+            return (yield from self._send(call, call.effective.messages, tokens, tokens))
+
+    def _call_model(self, call: _Call, view: list[BaseMessage]) -> Generator[Effect, Any, ModelResponse]:
+        """The main model with `view`; an error it raises is marked as the model's (not contained)."""
+        try:
+            response: ModelResponse = yield CallModel(call.with_messages(view))
+        except ContextOverflowError:
             raise
+        except BaseException:
+            call.model_raised = True
+            raise
+        return response
 
     def _send(
         self,
@@ -286,7 +312,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
     ) -> Flow:
         """Call the main model with `view` (`tokens_after` large); on overflow, the forced path (S6)."""
         try:
-            response = yield CallModel(call.with_messages(view))
+            response = yield from self._call_model(call, view)
         except ContextOverflowError as overflow:
             return (yield from self._forced(call, view, tokens_after, tokens_before, l1, overflow))
         self._record_pressure(call, view, tokens_after)
@@ -377,7 +403,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             search.not_smaller(label, size)
             return None
         try:
-            response: ModelResponse = yield CallModel(call.with_messages(view))
+            response = yield from self._call_model(call, view)
         except ContextOverflowError:
             search.overflowed(label, size)
             return None
@@ -508,9 +534,21 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         if self.on_pressure is None:
             return
         request = call.request
-        pressure = measure_request(
-            view, request.system_message, request.tools, self.config, total=total, counter=self.token_counter
+        pressure = contain(
+            RULE_PRESSURE,
+            partial(
+                measure_request,
+                view,
+                request.system_message,
+                request.tools,
+                self.config,
+                total=total,
+                counter=self.token_counter,
+            ),
+            constant(None),
         )
+        if pressure is None:
+            return
         try:
             self.on_pressure(pressure)
         except Exception:  # an observer must never break the model call
@@ -525,6 +563,9 @@ def _details(l1: CompactionResult | None, summary: SummaryStep | None) -> Compre
         details["arguments_truncated"] = len(l1.truncated_arguments)
         if l1.failures:
             details["offload_failures"] = len(l1.failures)
+    degraded = [*(l1.degraded if l1 is not None else ()), *(summary.degraded if summary is not None else ())]
+    if degraded:
+        details["degraded"] = [str(degradation) for degradation in degraded]
     if summary is not None:
         details["cutoff_index"] = summary.event["cutoff_index"]
         details["file_path"] = summary.event["file_path"]

@@ -161,3 +161,77 @@ def test_item2_when_nothing_smaller_fits_the_error_names_what_was_tried(workdir:
     model.context_window = None  # the conversation goes on once the model can take it
     agent.invoke({"messages": [HumanMessage("question 4")]}, THREAD)
     assert agent.get_state(THREAD).values["messages"][-1].type == "ai"
+
+
+# --- containment: a rule that raises costs its own result, never the model call ---------------
+
+
+def _kb_agent(workdir: LocalWorkdir, threshold: float = 1, keep: int = 2) -> tuple[Any, ScriptedChatModel]:
+    from tests.middleware.conftest import build_agent, kb_call
+
+    script = [kb_call(f"c{i}", i) if i % 2 == 0 else AIMessage(content=f"答案 {i}") for i in range(40)]
+    model = ScriptedChatModel(script=script)
+    summary_model = ScriptedChatModel(script=[AIMessage(content="摘要 W2378156 outputs/a.txt")] * 20)
+    config = CompressionConfig(summary_threshold=threshold, summary_keep_messages=keep)
+    middleware = ContextCompressionMiddleware(config, workdir=workdir, summary_model=summary_model)
+    return build_agent(model, middleware, InMemorySaver()), model
+
+
+def _broken(*args: Any, **kwargs: Any) -> Any:
+    raise IndexError("list index out of range")
+
+
+@pytest.mark.parametrize(
+    ("target", "rule"),
+    [
+        ("ctxpress.compaction.offload.retrieval_preview", "S9 retrieval preview"),
+        ("ctxpress.compaction.offload.head_middle_tail_preview", "S10 text preview"),
+        ("ctxpress.compaction.view.cut_long_arguments", "S7 tool-call arguments"),
+        ("ctxpress.summary.step.references_section", "S14 references section"),
+        ("ctxpress.summary.summarizer.render_messages", "S14 summary transcript"),
+    ],
+)
+def test_a_rule_that_raises_falls_back_and_is_reported(
+    workdir: LocalWorkdir, monkeypatch: pytest.MonkeyPatch, target: str, rule: str
+) -> None:
+    """Containment (issue 44): each rule behind one guard; its fallback is used, the event says
+    `degraded` with the rule's name, and the conversation goes on."""
+    monkeypatch.setattr(target, _broken)
+    if rule == "S10 text preview":  # the search results take the generic preview
+        monkeypatch.setattr("ctxpress.compaction.offload.is_retrieval_tool", lambda name: False)
+    agent, model = _kb_agent(workdir)
+    events = [event for turn in range(5) for event in run_turn(agent, f"第{turn}个问题：北京有哪些景点？")]
+    assert agent.get_state(THREAD).values["messages"][-1].type == "ai"
+    assert "failed" not in [event["status"] for event in events]
+    degraded = [entry for event in events for entry in event.get("degraded", [])]
+    if rule != "S7 tool-call arguments":  # the kb calls' arguments are short: that rule never runs
+        assert any(entry.startswith(f"{rule}: IndexError") for entry in degraded), degraded
+    for request in model.requests:  # offloaded results still name a file that holds them
+        for message in request:
+            reference = parse_offload_reference(message.text) if message.type == "tool" else None
+            assert reference is None or workdir.exists(reference.path)
+
+
+def test_when_the_compression_itself_fails_the_request_goes_out_as_it_is(
+    workdir: LocalWorkdir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Containment of the flow: `failed` is emitted, the model gets the uncompressed request, the
+    state keeps no half-made summary, and the next turn compresses again."""
+    import ctxpress.middleware
+
+    monkeypatch.setattr(ctxpress.middleware, "plan_summary", _broken)
+    agent, _model = _kb_agent(workdir)
+    events = [event for turn in range(3) for event in run_turn(agent, f"第{turn}个问题：北京有哪些景点？")]
+    assert "failed" in [event["status"] for event in events]
+    assert agent.get_state(THREAD).values.get(EVENT_KEY) is None
+    monkeypatch.undo()
+    events = run_turn(agent, "再问一次")
+    assert any(event["status"] == "completed" and event["level"] == "l2" for event in events)
+
+
+def test_the_models_own_error_is_not_contained(workdir: LocalWorkdir) -> None:
+    """Only ctxpress's own failures are contained: the model's error reaches the caller."""
+    agent, model = _kb_agent(workdir, threshold=100)
+    model.script = [RuntimeError("provider down")]
+    with pytest.raises(RuntimeError, match="provider down"):
+        run_turn(agent, "你好")

@@ -25,6 +25,7 @@ from ctxpress.compaction.text_preview import (
     head_middle_tail_preview,
     smallest_preview_budget,
 )
+from ctxpress.containment import RULE_RETRIEVAL_PREVIEW, RULE_TEXT_PREVIEW, Degradation, contain
 from ctxpress.tokens import estimate_tokens
 from ctxpress.workdir import Workdir, WorkdirError, encode_text
 
@@ -74,6 +75,8 @@ class OffloadDecision:
     sha256: str
     chars: int
     tokens: int
+    #: The rules that raised while the preview was built (their fallback is in `text`).
+    degraded: tuple[Degradation, ...] = ()
 
 
 _UNCHANGED = None
@@ -129,13 +132,40 @@ def workdir_cache_key(workdir: Workdir) -> Any:
     return getattr(workdir, "cache_key", None) or workdir
 
 
-def build_preview(tool_name: str, text: str, budget: int, profile: str, total_tokens: int) -> str:
-    """S9 for retrieval tools (falling back to S10 on unexpected JSON), S10 for everything else."""
+def build_preview(
+    tool_name: str,
+    text: str,
+    budget: int,
+    profile: str,
+    total_tokens: int,
+    degraded: list[Degradation] | None = None,
+) -> str:
+    """S9 for retrieval tools (falling back to S10 on unexpected JSON, or when S9 raises), S10 for
+    everything else (falling back to a plain cut of head and tail when it raises)."""
+
+    def generic() -> str:
+        return contain(
+            RULE_TEXT_PREVIEW,
+            lambda: head_middle_tail_preview(text, budget, profile, total_tokens),
+            lambda: plain_cut(text, budget),
+            degraded,
+        )
+
     if is_retrieval_tool(tool_name):
-        structured = retrieval_preview(text, budget, profile)
+        structured = contain(
+            RULE_RETRIEVAL_PREVIEW, lambda: retrieval_preview(text, budget, profile), lambda: None, degraded
+        )
         if structured is not None:
             return structured
-    return head_middle_tail_preview(text, budget, profile, total_tokens)
+    return generic()
+
+
+def plain_cut(text: str, budget: int) -> str:
+    """The last resort preview: head and tail by characters, a token each at most."""
+    half = max(0, budget // 2 - 8)
+    if len(text) <= 2 * half:
+        return text
+    return f"{text[:half]}\n[… {len(text) - 2 * half} characters left out …]\n{text[len(text) - half :]}"
 
 
 def preview_budget_for(limit: int, header_tokens: int, chars: int, tokens: int, profile: str) -> int:
@@ -167,11 +197,12 @@ def _decide(tool_name: str, text: str, limit: int, profile: str) -> tuple[Offloa
     path = offload_path(tool_name, digest)
     header = offloaded_view_text(tool_name, path, digest, len(text), tokens, "")
     preview_budget = preview_budget_for(limit, estimate_tokens(header, profile), len(text), tokens, profile)
-    preview = build_preview(tool_name, text, preview_budget, profile, tokens)
+    degraded: list[Degradation] = []
+    preview = build_preview(tool_name, text, preview_budget, profile, tokens, degraded)
     view_text = offloaded_view_text(tool_name, path, digest, len(text), tokens, preview)
     if estimate_tokens(view_text, profile) >= tokens:
         return _UNCHANGED, b""  # offloading would not make the request smaller
-    return OffloadDecision(view_text, path, digest, len(text), tokens), data
+    return OffloadDecision(view_text, path, digest, len(text), tokens, tuple(degraded)), data
 
 
 def store_once(workdir: Workdir, decision: OffloadDecision, data: bytes) -> bool:
@@ -220,6 +251,7 @@ def compact_tool_message(
         chars=decision.chars,
         approx_tokens=decision.tokens,
         written_now=written_now,
+        degraded=decision.degraded,
     )
     new_message = message.model_copy(update={"content": with_text(message.content, decision.text)})
     return new_message, record, None

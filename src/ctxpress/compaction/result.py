@@ -7,6 +7,7 @@ from functools import cached_property
 
 from langchain_core.messages import BaseMessage
 
+from ctxpress.containment import Degradation
 from ctxpress.tokens import TokenCounter
 
 
@@ -22,6 +23,8 @@ class OffloadedResult:
     chars: int
     approx_tokens: int
     written_now: bool  # False when the same content was already stored (S11: written once)
+    #: Preview rules that raised for this result; their fallback is in the view (containment.py).
+    degraded: tuple[Degradation, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ class CompactionResult:
     offloaded: list[OffloadedResult] = field(default_factory=list)
     truncated_arguments: list[TruncatedArgument] = field(default_factory=list)
     failures: list[CompactionFailure] = field(default_factory=list)
+    #: Rules that raised on a message of this view, and whose fallback the view holds.
+    degraded: list[Degradation] = field(default_factory=list)
 
     # Counted on demand: the middleware measures whole requests itself, so a pass over the
     # history does not pay for counts nobody reads.

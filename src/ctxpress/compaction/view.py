@@ -10,15 +10,25 @@ objects elsewhere, so tool-call pairs stay valid and message count and order nev
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from ctxpress.compaction.argument_offload import ArgumentOffloader
 from ctxpress.compaction.arguments import cut_long_arguments
 from ctxpress.compaction.offload import CompactionCache, compact_tool_message
-from ctxpress.compaction.result import CompactionResult
+from ctxpress.compaction.result import (
+    CompactionFailure,
+    CompactionResult,
+    OffloadedResult,
+    TruncatedArgument,
+)
 from ctxpress.config import CompressionConfig
+from ctxpress.containment import RULE_ARGUMENTS, RULE_TOOL_RESULT, constant, contain
 from ctxpress.workdir import Workdir
+
+ArgumentsOutcome = tuple[AIMessage, list[TruncatedArgument], list[CompactionFailure]]
+ToolResultOutcome = tuple[ToolMessage, OffloadedResult | None, CompactionFailure | None]
 
 
 def tool_names_by_call_id(messages: Sequence[BaseMessage]) -> dict[str, str]:
@@ -53,13 +63,22 @@ def compact_view(
     result = CompactionResult(messages=[], original=list(messages), profile=profile)
     offloader = ArgumentOffloader(workdir, config.summary_tool_result_token_limit, profile, cache)
     for message in messages:
+        # A rule that raises on one message leaves that message as it was (containment.py).
         new_message: BaseMessage = message
         if isinstance(message, AIMessage) and (message.tool_calls or message.additional_kwargs):
-            new_message, truncated, failures = cut_long_arguments(message, offloader)
+            unchanged_call: ArgumentsOutcome = (message, [], [])
+            new_message, truncated, failures = contain(
+                RULE_ARGUMENTS,
+                partial(cut_long_arguments, message, offloader),
+                constant(unchanged_call),
+                result.degraded,
+            )
             result.truncated_arguments.extend(truncated)
             result.failures.extend(failures)
         elif isinstance(message, ToolMessage):
-            new_message, offloaded, failure = compact_tool_message(
+            unchanged_result: ToolResultOutcome = (message, None, None)
+            rule = partial(
+                compact_tool_message,
                 message,
                 _tool_name(message, names),
                 limit=config.summary_tool_result_token_limit,
@@ -67,8 +86,12 @@ def compact_view(
                 workdir=workdir,
                 cache=cache,
             )
+            new_message, offloaded, failure = contain(
+                RULE_TOOL_RESULT, rule, constant(unchanged_result), result.degraded
+            )
             if offloaded is not None:
                 result.offloaded.append(offloaded)
+                result.degraded.extend(offloaded.degraded)
             if failure is not None:
                 result.failures.append(failure)
         result.messages.append(new_message)

@@ -18,6 +18,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from ctxpress.compaction.content import content_text
 from ctxpress.config import CompressionConfig
+from ctxpress.containment import RULE_REFERENCES, Degradation, contain
 from ctxpress.summary.carried import (
     QUESTION_HEADING,
     cumulative_files,
@@ -108,6 +109,8 @@ class SummaryStep:
     #: Tokens the free room lacked to quote the question whole (0: quoted whole, none to quote, or
     #: longer than its own budget and cut whatever the room): what keeping fewer messages would free.
     question_shortfall: int = 0
+    #: Rules that raised on the way, their fallback used (containment.py).
+    degraded: tuple[Degradation, ...] = ()
 
 
 def history_messages(
@@ -273,7 +276,12 @@ def finish_summary(
         "earlier_files": list(plan.span.earlier_files),
     }
     return SummaryStep(
-        event, [summary_message, *plan.kept], outcome.error, saved.write_error, sections.question_shortfall
+        event,
+        [summary_message, *plan.kept],
+        outcome.error,
+        saved.write_error,
+        sections.question_shortfall,
+        (*outcome.degraded, *sections.degraded),
     )
 
 
@@ -290,6 +298,7 @@ class CarriedSections:
     question: str | None  # the question section carried on to the next summary (kept whole)
     texts: list[str]  # the sections this summary message shows
     question_shortfall: int = 0  # see `SummaryStep.question_shortfall`
+    degraded: tuple[Degradation, ...] = ()  # a section whose rule raised is left out
 
 
 def carried_sections(
@@ -321,6 +330,7 @@ def carried_sections(
         else plan.carried_question
     )
     unbounded = plan.question_budget + plan.files_budget + plan.references_budget
+    degraded: list[Degradation] = []
     texts: list[str] = []
     used = 0
     shortfall = 0
@@ -352,10 +362,14 @@ def carried_sections(
     # next summary nearer.
     budget = min(plan.references_budget, _share(left))
     if budget > 0:
-        shown = "\n".join([summary_text, *texts, *(shown_text(message) for message in plan.kept)])
-        if references := references_section(plan.references(budget), shown, budget, plan.profile):
+
+        def section() -> str | None:
+            shown = "\n".join([summary_text, *texts, *(shown_text(message) for message in plan.kept)])
+            return references_section(plan.references(budget), shown, budget, plan.profile)
+
+        if references := contain(RULE_REFERENCES, section, lambda: None, degraded):
             texts.append(references)
-    return CarriedSections(question, texts, shortfall)
+    return CarriedSections(question, texts, shortfall, tuple(degraded))
 
 
 def _share(free: int) -> int:

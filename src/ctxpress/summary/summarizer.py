@@ -6,7 +6,8 @@ import asyncio
 import contextvars
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
@@ -14,8 +15,10 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.constants import TAG_NOSTREAM
 
+from ctxpress.compaction.content import content_text
 from ctxpress.compaction.text_preview import head_middle_tail_preview
 from ctxpress.config import MESSAGES_PLACEHOLDER, CompressionConfig
+from ctxpress.containment import RULE_TRANSCRIPT, Degradation, contain
 from ctxpress.summary.render import deterministic_digest, render_messages
 from ctxpress.tokens import TokenCounter, count_request_tokens, estimate_tokens
 
@@ -65,15 +68,25 @@ def summary_request_budget(config: CompressionConfig) -> int:
 
 
 def build_summary_request(
-    config: CompressionConfig, messages: Sequence[BaseMessage], counter: TokenCounter | None = None
+    config: CompressionConfig,
+    messages: Sequence[BaseMessage],
+    counter: TokenCounter | None = None,
+    degraded: list[Degradation] | None = None,
 ) -> list[BaseMessage]:
-    """The summary model's input, within `summary_request_budget` by the same estimate."""
+    """The summary model's input, within `summary_request_budget` by the same estimate (a rendering
+    that raises is replaced by `plain_transcript` and recorded in `degraded`)."""
     budget = summary_request_budget(config)
     bare = _request_tokens(config, _request(config, ""))
     copies = max(1, config.summary_prompt.count(MESSAGES_PLACEHOLDER))  # each gets the transcript
     room = (budget - bare) // copies
     for _ in range(FIT_ROUNDS):
-        request = _request(config, render_messages(messages, room, config.token_profile, counter=counter))
+        transcript = contain(
+            RULE_TRANSCRIPT,
+            partial(render_messages, messages, room, config.token_profile, counter=counter),
+            partial(plain_transcript, messages, room),
+            degraded,
+        )
+        request = _request(config, transcript)
         tokens = _request_tokens(config, request)
         if tokens <= budget:
             return request
@@ -81,10 +94,22 @@ def build_summary_request(
     return _request(config, "")
 
 
+def plain_transcript(messages: Sequence[BaseMessage], room: int) -> str:
+    """The fallback transcript: `[n] role: text` with each text cut to an equal share of `room`
+    (in characters, so that a smaller room always gives a shorter transcript)."""
+    share = max(0, room) // max(1, len(messages))
+    return "\n".join(
+        f"[{index}] {message.type}: {content_text(message.content)[:share]}"
+        for index, message in enumerate(messages, start=1)
+    )
+
+
 @dataclass(frozen=True)
 class SummaryOutcome:
     text: str
     error: str | None = None
+    #: Rules that raised while the request was built (containment.py).
+    degraded: tuple[Degradation, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -128,7 +153,18 @@ def summarize(
     """The sync summary call; with a `timeout` it runs in a daemon thread that is abandoned if it
     hangs (a sync call cannot be cancelled), so a hung summary model never hangs the run (S27).
     `counter` sizes the messages (a fresh one without)."""
-    request = build_summary_request(config, messages, counter)
+    degraded: list[Degradation] = []
+    request = build_summary_request(config, messages, counter, degraded)
+    return _with_degraded(_summarize_sync(model, config, request, timeout), degraded)
+
+
+def _with_degraded(outcome: SummaryOutcome, degraded: list[Degradation]) -> SummaryOutcome:
+    return replace(outcome, degraded=tuple(degraded)) if degraded else outcome
+
+
+def _summarize_sync(
+    model: BaseChatModel, config: CompressionConfig, request: list[BaseMessage], timeout: float | None
+) -> SummaryOutcome:
     if timeout is None:
         try:
             response = model.invoke(request, config=summary_call_config())
@@ -163,8 +199,9 @@ async def asummarize(
     *,
     counter: TokenCounter | None = None,
 ) -> SummaryOutcome:
+    degraded: list[Degradation] = []
     try:
-        request = build_summary_request(config, messages, counter)
+        request = build_summary_request(config, messages, counter, degraded)
         call = model.ainvoke(request, config=summary_call_config(callbacks))
         # Not `wait_for`: on Python 3.11 it drops a cancellation (a cancelled run) that arrives
         # as the call ends.
@@ -174,4 +211,4 @@ async def asummarize(
         return SummaryOutcome("", f"the summary model did not answer within {timeout:g} s")
     except Exception as exc:
         return SummaryOutcome("", short_error(exc))
-    return outcome_from_response(config, response)
+    return _with_degraded(outcome_from_response(config, response), degraded)
