@@ -37,7 +37,7 @@ class SaveAndSummarize:
 @dataclass(frozen=True)
 class TrimTail:
     view: list[BaseMessage]
-    originals: dict[str, ToolMessage]  # by tool_call_id
+    originals: dict[str, ToolMessage]  # by `graph_run.tool_result_key`
     budget: int  # the preview budget of a trimmed result (`overflow_trim.trim_budgets`)
 
 

@@ -20,9 +20,15 @@ def response_with_update(
     return ExtendedModelResponse(model_response=response, command=Command(update=dict(update)))
 
 
-def tool_results_by_call_id(messages: Sequence[BaseMessage]) -> dict[str, ToolMessage]:
-    """The state's tool results by the call they answer (ids may be missing on a plain list)."""
-    return {message.tool_call_id: message for message in messages if isinstance(message, ToolMessage)}
+def tool_result_key(message: ToolMessage) -> str:
+    """A tool result's key: its message id, else the call it answers (a plain list has no ids; a
+    provider may reuse call ids in every turn, so the call id alone is not unique)."""
+    return f"id:{message.id}" if message.id else f"call:{message.tool_call_id}"
+
+
+def tool_results_by_key(messages: Sequence[BaseMessage]) -> dict[str, ToolMessage]:
+    """The state's tool results by `tool_result_key`."""
+    return {tool_result_key(message): message for message in messages if isinstance(message, ToolMessage)}
 
 
 def state_messages(request: ModelRequest) -> list[BaseMessage] | None:

@@ -58,7 +58,7 @@ from ctxpress.graph_run import (
     state_messages,
     stream_writer,
     thread_id,
-    tool_results_by_call_id,
+    tool_results_by_key,
 )
 from ctxpress.overflow_trim import trim_budgets, trim_kept_tool_results
 from ctxpress.pressure import RequestPressure, measure_request
@@ -287,7 +287,9 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             )
             call.state_update.clear()
             call.summary = call.summary_parts = None
-            tokens = contain(RULE_FLOW, partial(self._count, call, call.effective.messages), constant(sys.maxsize))
+            tokens = contain(
+                RULE_FLOW, partial(self._count, call, call.effective.messages), constant(sys.maxsize)
+            )
             return (yield from self._send(call, call.effective.messages, tokens, tokens))
 
     def _call_model(self, call: _Call, view: list[BaseMessage]) -> Generator[Effect, Any, ModelResponse]:
@@ -369,7 +371,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             for budget in trim_budgets(self.config):
                 base = self._view_to_send(call, l1, search.limit)
                 trimmed, replacements = yield TrimTail(
-                    base, tool_results_by_call_id(call.request.messages), budget
+                    base, tool_results_by_key(call.request.messages), budget
                 )
                 if not replacements:
                     continue

@@ -17,6 +17,7 @@ from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.compaction.offload import CompactionCache, compact_tool_message
 from ctxpress.compaction.view import tool_names_by_call_id
 from ctxpress.config import CompressionConfig
+from ctxpress.graph_run import tool_result_key
 from ctxpress.tokens import estimate_tokens
 from ctxpress.workdir import Workdir
 
@@ -48,8 +49,8 @@ def trim_kept_tool_results(
     """The view with tool results over `budget` trimmed to it (by default `trim_budget`), and the
     trimmed messages for the state update.
 
-    `originals` are the state's tool results by `tool_call_id` (messages of a plain list may have
-    no ids, every tool result has a call id).
+    `originals` are the state's tool results by `graph_run.tool_result_key` (their message id,
+    else the call id: messages of a plain list have no ids, and call ids may repeat).
     """
     budget = trim_budget(config) if budget is None else budget
     cache = cache if cache is not None else CompactionCache()
@@ -57,7 +58,7 @@ def trim_kept_tool_results(
     new_view: list[BaseMessage] = []
     replacements: list[BaseMessage] = []
     for message in view:
-        original = originals.get(message.tool_call_id) if isinstance(message, ToolMessage) else None
+        original = originals.get(tool_result_key(message)) if isinstance(message, ToolMessage) else None
         if not isinstance(original, ToolMessage):
             new_view.append(message)
             continue

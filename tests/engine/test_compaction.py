@@ -1182,11 +1182,12 @@ def test_compaction_result_counts_are_consistent(workdir: LocalWorkdir) -> None:
 
 
 def test_s2_a_private_empty_cache_is_used_not_replaced_by_the_global_one(workdir: LocalWorkdir) -> None:
+    from ctxpress.graph_run import tool_results_by_key
     from ctxpress.overflow_trim import trim_kept_tool_results
 
     private = CompactionCache()
     messages = exchange("c1", "execute_bash", english_docs_text(40_000))
-    originals = {messages[1].tool_call_id: messages[1]}
+    originals = tool_results_by_key(messages[1:2])
     _view, trimmed = trim_kept_tool_results(messages, originals, config(), workdir, cache=private)
     assert trimmed, "the large result was trimmed"
     assert len(private) > 0, "the decision went into the caller's cache"

@@ -98,11 +98,6 @@ def test_requests_fit_or_end_with_the_documented_error(case: FlowCase) -> None:
     checked(case, {"size", "overflow", "recovery"})
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="engine defect: summary/cutoff.py maps a tool-call id reused across messages (call_0 in "
-    "every message) to its last AI message, so a cutoff can split an earlier call from its result",
-)
 @fuzz_settings(50)
 @given(case=flow_cases())
 def test_tool_call_pairs_stay_intact(case: FlowCase) -> None:
@@ -111,11 +106,6 @@ def test_tool_call_pairs_stay_intact(case: FlowCase) -> None:
     checked(case, {"pairs"})
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="engine defect: summary/history.read_history splits lines with str.splitlines(), so "
-    "U+2028, U+2029 or U+0085 in a message makes history and conversation files unreadable",
-)
 @fuzz_settings(50)
 @given(case=flow_cases())
 def test_every_compressed_byte_is_recoverable(case: FlowCase) -> None:

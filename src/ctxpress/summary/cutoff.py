@@ -15,20 +15,18 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 def unsafe_cutoffs(messages: Sequence[BaseMessage]) -> list[bool]:
     """`result[c]` is True when cutting at `c` would split a tool call from its result."""
-    call_owner: dict[str, int] = {}
+    # Each result belongs to the latest call of its id before it: providers that reuse ids
+    # (`call_0` in every AI message) must not glue a result to a later message's call.
+    latest_call: dict[str, int] = {}
+    delta = [0] * (len(messages) + 2)  # each (call at a, result at r) forbids cuts in (a, r]
     for index, message in enumerate(messages):
         if isinstance(message, AIMessage):
             for call in message.tool_calls:
                 if call.get("id"):
-                    call_owner[str(call["id"])] = index
-    # Difference array over positions: each (call at a, result at r) forbids cuts in (a, r].
-    delta = [0] * (len(messages) + 2)
-    for index, message in enumerate(messages):
-        if isinstance(message, ToolMessage):
-            owner = call_owner.get(message.tool_call_id)
-            if owner is None:
-                # A result whose call is not in this list must stay glued to what precedes it.
-                owner = index - 1
+                    latest_call[str(call["id"])] = index
+        elif isinstance(message, ToolMessage):
+            # A result whose call is not in this list must stay glued to what precedes it.
+            owner = latest_call.get(message.tool_call_id, index - 1)
             if owner < index:
                 delta[owner + 1] += 1
                 delta[index + 1] -= 1

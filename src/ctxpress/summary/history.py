@@ -87,7 +87,9 @@ def write_history(workdir: Workdir, span: HistoryRange, messages: Sequence[BaseM
 
 def read_history(workdir: Workdir, path: str) -> tuple[dict[str, object], list[BaseMessage]]:
     """The header and messages of a history file (for recovery, tests and `ctxpress doctor`)."""
-    lines = decode_text(workdir.read_bytes(path)).splitlines()
+    # JSON Lines end each record with "\n" only; `splitlines` would also split inside a text holding
+    # U+2028, U+0085 or \x1c, which `json.dumps(ensure_ascii=False)` leaves unescaped.
+    lines = decode_text(workdir.read_bytes(path)).split("\n")
     header = json.loads(lines[0])
     return header, messages_from_dict([json.loads(line) for line in lines[1:] if line])
 

@@ -80,11 +80,12 @@ def read_payload(path: Path) -> TracePayload:
     try:
         return TracePayload(json.loads(text), json_lines=False)
     except json.JSONDecodeError as whole_error:
-        lines = [line for line in text.splitlines() if line.strip()]
+        # Records end at "\n" (or "\r\n") only: a text may hold U+2028 or \x1c unescaped.
+        lines = [line for line in text.split("\n") if line.strip()]
         if len(lines) < 2:
             raise TraceFormatError(f"{path}: not valid JSON ({whole_error})") from whole_error
         records = []
-        for number, line in enumerate(text.splitlines(), start=1):
+        for number, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue
             try:
