@@ -70,3 +70,58 @@ def test_d2_reused_ids_example() -> None:
     messages = [*_turn(1, 1, "r1"), AIMessage("a1"), *_turn(2, 1, "r2")]
     cutoff = choose_cutoff(messages, 5)
     assert cutoff is not None and not isinstance(messages[cutoff], ToolMessage)
+
+
+# --- issue 44 item 4: a reference is a whole token of the original text -------------------------
+
+WORDISH = st.text(alphabet=st.sampled_from(list('abc019_-./:#错误 失败{}"\n')), max_size=60)
+
+
+def _whole_in(reference: str, text: str) -> bool:
+    """`reference` occurs in `text` with no letter or digit glued to either end of it."""
+    start = text.find(reference)
+    while start >= 0:
+        before = text[start - 1] if start > 0 else " "
+        after = text[start + len(reference)] if start + len(reference) < len(text) else " "
+        if not (before.isalnum() and reference[0].isalnum()) and not (
+            after.isalnum() and reference[-1].isalnum()
+        ):
+            return True
+        start = text.find(reference, start + 1)
+    return False
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts=st.lists(WORDISH, min_size=1, max_size=4))
+def test_every_reference_is_a_whole_token_of_its_message(texts: list[str]) -> None:
+    from ctxpress.summary.references import span_references
+
+    messages = [ToolMessage(text, tool_call_id=f"c{index}") for index, text in enumerate(texts)]
+    for reference in span_references(messages):
+        assert any(_whole_in(reference, text) for text in texts), reference
+
+
+def test_item4_a_one_line_json_result_is_no_error_line_and_long_lines_are_not_cut() -> None:
+    from ctxpress.summary.references import MAX_ERROR_LINE_CHARS, message_references
+
+    result = '{"query": "排查", "total": 8, "results": [{"id": "doc-1", "content": "历史文件写入错误时……"}]}'
+    long_line = "error: " + "x" * MAX_ERROR_LINE_CHARS
+    refs = message_references(ToolMessage(f"{result}\n{long_line}\nerror: disk full", tool_call_id="c1"))
+    assert "error: disk full" in refs
+    assert not any(ref.startswith("{") or ref.startswith("error: xx") for ref in refs), refs
+
+
+def test_item4_the_offline_summary_lists_no_pieces_cut_by_a_preview_and_no_bare_numbers() -> None:
+    from ctxpress.app.models.summary_writer import write_summary
+    from ctxpress.config import DEFAULT_SUMMARY_PROMPT, MESSAGES_PLACEHOLDER
+
+    transcript = (
+        "[1] user: 搜索 summary_keep_messages 的作用\n"
+        "[2] tool query_kb: 8 results; score 2.825 and 206 hits; doc_x_002#1 sha25\n"
+        "[… 4,000 characters (~1,000 tokens) left out …]\n"
+        "e6744 tail of the result with INV12345 and 300 元\n"
+    )
+    summary = write_summary(DEFAULT_SUMMARY_PROMPT.replace(MESSAGES_PLACEHOLDER, transcript), "")
+    assert "doc_x_002#1" in summary and "INV12345" in summary and "300 元" in summary
+    for fragment in ("sha25", "e6744", "2.825", "206"):
+        assert fragment not in summary, (fragment, summary)

@@ -21,8 +21,9 @@ its tool calls' arguments), the whole original message as the state holds it (no
 - `error`: a line reporting an error -- an exception name with a colon after it or at the line's
   end (`KeyError: 'id'`), `Traceback (most recent call last)`, `FAILED`, `error:` / `fatal:`,
   `失败`, `错误`, `异常`, `报错` -- but not a line of source code naming one (`raise`, `except`,
-  `class`, `def`, `import`, with or without a line number before it); stripped and cut to
-  `MAX_ERROR_LINE_CHARS`.
+  `class`, `def`, `import`, with or without a line number before it), not a JSON document (a
+  one-line tool result holding such a word), and not a line over `MAX_ERROR_LINE_CHARS`: a
+  reference is always whole, never a piece cut by a budget (issue 44).
 
 Which ones fit (`references_section`): the newest message first; each message first gives up to
 `REFERENCES_PER_MESSAGE_FIRST_ROUND` of its own (in the order they occur), so one long listing
@@ -220,7 +221,18 @@ def _error_lines(text: str) -> list[str]:
         start = text.rfind("\n", 0, word.start()) + 1
         end = text.find("\n", word.end())
         end = len(text) if end == -1 else end
-        line = text[start:end].rstrip("\r")
-        if _ERROR_LINE.search(line) and not _NOT_AN_ERROR.match(line):
-            lines.append(line.strip()[:MAX_ERROR_LINE_CHARS])
+        line = text[start:end].rstrip("\r").strip()
+        if _is_error_line(line):
+            lines.append(line)
     return lines
+
+
+def _is_error_line(line: str) -> bool:
+    """A short line of prose reporting an error: never a JSON document that happens to hold an
+    error word, nor a long line (a reference is whole: a line cut short would be a fragment)."""
+    return (
+        len(line) <= MAX_ERROR_LINE_CHARS
+        and not line.startswith(("{", "["))
+        and _ERROR_LINE.search(line) is not None
+        and not _NOT_AN_ERROR.match(line)
+    )

@@ -60,7 +60,9 @@ _NUMBER = re.compile(
 )
 _JSON_KEY = re.compile(r'"[A-Za-z_][\w-]*"\s*:')
 _OFFLOAD_LINE = re.compile(re.escape(OFFLOAD_MARKER) + r"[^\n]*")
-_LEFT_OUT = re.compile(r"\[… [^\]\n]{0,80} left out …\]")
+#: A marker with the (possibly cut) words touching it on either side, across its line breaks.
+_LEFT_OUT_WITH_EDGES = re.compile(r"\S*\s?\[… [^\]\n]{0,80} left out …\]\s?\S*")
+_CUT_WORD_AT_ELLIPSIS = re.compile(r"\S*…")
 _TOOL_LINE = re.compile(r"^(\S+) (?:(\d+)次|×(\d+))(?: \((.*)\))?$")
 #: Digit runs this long are hashes or ids, not quantities.
 MAX_NUMBER_DIGITS = 12
@@ -236,7 +238,9 @@ def _decisions(blocks: list[TranscriptBlock]) -> list[str]:
 
 def _identifiers(blocks: list[TranscriptBlock]) -> list[str]:
     """Paths and URLs first, then ids, dates and numbers: from the conversation, then from tool output."""
-    conversation = [_body(block) for block in blocks if not block.is_tool and not block.is_summary]
+    conversation = [
+        _cut_edges(_body(block)) for block in blocks if not block.is_tool and not block.is_summary
+    ]
     arguments = [
         value
         for block in blocks
@@ -266,14 +270,22 @@ def _tool_text(text: str) -> str:
     reference = parse_offload_reference(text)
     if reference is not None:
         text = reference.path + "\n" + _OFFLOAD_LINE.sub("", text, count=1)
-    return _JSON_KEY.sub(" ", _LEFT_OUT.sub(" ", text))
+    return _JSON_KEY.sub(" ", _cut_edges(text))
+
+
+def _cut_edges(text: str) -> str:
+    """`text` without the "left out" markers and the words a cut went through: the word before a
+    marker or a trailing "…", and the word after a marker, may be pieces (`sha25`, `e6744`)."""
+    return _CUT_WORD_AT_ELLIPSIS.sub(" ", _LEFT_OUT_WITH_EDGES.sub(" ", text))
 
 
 def _significant_number(number: str) -> bool:
+    """A quantity with its unit or currency (`300 元`, `$6.00`, `64K`); a number alone (`206`,
+    `2.825`) says nothing on its own and is no identifier (issue 44)."""
     digits = sum(character.isdigit() for character in number)
     if digits > MAX_NUMBER_DIGITS:
         return False
-    return digits >= 2 or not number.strip().isdigit()
+    return any(not (character.isdigit() or character in ".,") for character in number.strip())
 
 
 def _tool_calls(blocks: list[TranscriptBlock], language: Language, earlier: list[str]) -> list[str]:
