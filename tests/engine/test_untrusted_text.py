@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -125,3 +126,20 @@ def test_item4_the_offline_summary_lists_no_pieces_cut_by_a_preview_and_no_bare_
     assert "doc_x_002#1" in summary and "INV12345" in summary and "300 元" in summary
     for fragment in ("sha25", "e6744", "2.825", "206"):
         assert fragment not in summary, (fragment, summary)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    text=st.text(alphabet=st.sampled_from(list("汉字 ab\n\t 🙂0")), min_size=50, max_size=3000),
+    budget=st.integers(1, 400),
+)
+def test_a_text_preview_never_shows_an_empty_piece(text: str, budget: int) -> None:
+    """S10: within its budget, and no piece beside a marker is empty."""
+    from ctxpress.compaction.text_preview import head_middle_tail_preview
+    from ctxpress.tokens import estimate_tokens
+
+    preview = head_middle_tail_preview(text, budget)
+    assert estimate_tokens(preview) <= budget
+    if preview and preview != text:
+        pieces = [piece for piece in re.split(r"\n\[… [^\]\n]* left out …\]\n", preview)]
+        assert all(pieces), pieces

@@ -49,6 +49,8 @@ def _three_pieces(text: str, content: int, tokens_per_char: float, profile: str)
     # On short texts the pieces can overlap; then the middle adds nothing.
     if not middle or middle_start <= len(head) or middle_start + len(middle) >= tail_start:
         return None
+    if not head or not tail:
+        return None
     after_middle = middle_start + len(middle)
     return "".join(
         [
@@ -69,8 +71,8 @@ def _two_pieces(text: str, content: int, tokens_per_char: float, profile: str) -
     head = take_head(text, piece, profile)
     tail = take_tail(text, piece, profile)
     tail_start = len(text) - len(tail)
-    if tail_start <= len(head):
-        return None
+    if tail_start <= len(head) or not head or not tail:
+        return None  # the whole text, or an empty piece beside its marker
     return head + _gap_marker(tail_start - len(head), tokens_per_char) + tail
 
 
