@@ -1213,3 +1213,14 @@ def test_s9_a_result_list_without_records_falls_back_to_the_generic_preview(
     shown = view.messages[0].text
     assert estimate_tokens(shown) < estimate_tokens(text)
     assert "results; preview in original order" not in shown
+
+
+@pytest.mark.parametrize("limit", range(40, 66, 2))
+def test_s10_no_piece_beside_a_marker_is_empty(workdir: LocalWorkdir, limit: int) -> None:
+    """A tail of "" after a gap marker was shown at 40-60 tokens on the mixed Chinese text."""
+    original = S10_TEXTS["chinese-english-chinese"]()
+    result = run(exchange("c1", "execute_bash", original), workdir, limit)
+    view = view_text(result, "tool-c1")
+    if PREVIEW_SEPARATOR in view:
+        kept, _ = gap_pieces(split_view(view)[1])
+        assert all(kept), kept
