@@ -20,6 +20,7 @@ from langchain_core.messages import BaseMessage, SystemMessage
 
 from ctxpress.compaction import CompactionCache, compact_view
 from ctxpress.config import CompressionConfig
+from ctxpress.errors import CtxpressError
 from ctxpress.summary.event import SummarizationEvent, effective_messages
 from ctxpress.summary.step import SavedSummary, finish_summary, keep_that_fits, plan_summary, save_history
 from ctxpress.summary.summarizer import asummarize
@@ -36,7 +37,7 @@ class FailedPart(StrEnum):
     CHECKPOINT = "checkpoint"  # the caller storing the returned event in the agent state
 
 
-class ManualCompressionError(Exception):
+class ManualCompressionError(CtxpressError):
     """Manual compression failed; `part` says which part (S28)."""
 
     def __init__(self, part: FailedPart, message: str) -> None:

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol, TypeVar, runtime_checkable
 
+from ctxpress.errors import CtxpressError
+
 #: Names of the temporary files of atomic writes: reserved, never listed, read or written by path.
 TEMP_PREFIX = ".ctxpress-tmp-"
 TEXT_ENCODING = "utf-8"
@@ -49,7 +51,7 @@ FILE_MODE = 0o600
 _T = TypeVar("_T")
 
 
-class WorkdirError(Exception):
+class WorkdirError(CtxpressError):
     """Base of every workdir failure; messages carry workdir-relative paths only."""
 
 

@@ -18,6 +18,8 @@ from langchain_core.exceptions import ContextOverflowError, ModelError
 from langchain_core.messages import BaseMessageChunk
 from langchain_core.outputs import ChatGenerationChunk
 
+from ctxpress.errors import CtxpressError
+
 __all__ = [
     "EmptyStreamError",
     "EmptyStreamOverflowError",
@@ -28,7 +30,7 @@ __all__ = [
 ]
 
 
-class EmptyStreamError(ModelError):
+class EmptyStreamError(ModelError, CtxpressError):
     """A streamed model response ended with no content, no tool calls and no finish reason.
 
     Not retryable: the one known cause (llama-cpp-python's server answering an overflowing streamed

@@ -21,6 +21,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from ctxpress.errors import CtxpressError
 from ctxpress.summary.event import EVENT_KEY, is_summary_message
 
 CONFLICT_FIX = (
@@ -30,7 +31,7 @@ CONFLICT_FIX = (
 )
 
 
-class SummarizerConflictError(RuntimeError):
+class SummarizerConflictError(CtxpressError, RuntimeError):
     """Another summarization middleware shares `_summarization_event` with ctxpress."""
 
     def __init__(self, what: str) -> None:

@@ -8,11 +8,12 @@ from langchain_core.messages import BaseMessage
 
 from ctxpress.compaction.content import content_text, with_text
 from ctxpress.compaction.markers import parse_offload_reference
+from ctxpress.errors import CtxpressError
 from ctxpress.summary.history import read_history
 from ctxpress.workdir import Workdir, WorkdirError, decode_text
 
 
-class RecoveryError(Exception):
+class RecoveryError(CtxpressError):
     """A referenced file is missing or does not match its recorded hash."""
 
 

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from ctxpress.errors import CtxpressError
+
 __all__ = [
     "TIKTOKEN_ENCODING_URLS",
     "ExactTokenizerError",
@@ -46,7 +48,7 @@ _NEAREST_FAMILY: Final = {"cl100k_base": "cl100k", "o200k_base": "o200k"}
 TextCounter = Callable[[str], int]
 
 
-class ExactTokenizerError(ValueError):
+class ExactTokenizerError(CtxpressError, ValueError):
     """A `token_profile` naming a real tokenizer that cannot be used here (package, file, offline)."""
 
 

@@ -19,13 +19,15 @@ from typing import Any, NamedTuple
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langchain_core.messages.tool import tool_call as make_tool_call
 
+from ctxpress.errors import CtxpressError
+
 NO_RESULT_PLACEHOLDER = "(no result recorded in the trace)"
 RAW_ARGUMENTS_KEY = "__raw_arguments"
 
 MessageContent = str | list[str | dict[str, Any]]
 
 
-class TraceFormatError(ValueError):
+class TraceFormatError(CtxpressError, ValueError):
     """A trace file (or object) that cannot be read as the format it claims or is sniffed to be."""
 
 
