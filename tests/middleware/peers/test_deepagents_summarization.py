@@ -285,8 +285,8 @@ def test_over_the_threshold_the_summary_reaches_into_the_keep_window(tmp_path: P
     and the request gets back under it."""
     config = config_for(250, keep=10)
     agent = make_agent(tmp_path, config, script=answers(3, words=80), tools=[])
-    agent.turn(question(0, words=80))
-    agent.turn(question(1, words=80))
+    agent.turn(question(0, words=40))
+    agent.turn(question(1, words=40))
     # The premise: the second turn's request (all of it kept) reached the threshold.
     assert count_request_tokens(agent.model.requests[1]) >= config.threshold_tokens
     event = agent.event()
