@@ -283,8 +283,8 @@ def test_over_the_threshold_the_summary_reaches_into_the_keep_window(tmp_path: P
     twin): keep covers every message, so DeepAgents does not summarise. Intended difference: when
     the kept messages alone are at or over the threshold, ctxpress keeps fewer ("preferably", S14)
     and the request gets back under it."""
-    config = config_for(200, keep=10)
-    agent = make_agent(tmp_path, config, script=answers(3, words=80), tools=[])
+    config = config_for(300, keep=10)
+    agent = make_agent(tmp_path, config, script=answers(3, words=300), tools=[])
     agent.turn(question(0, words=40))
     agent.turn(question(1, words=40))
     # The premise: the second turn's request (all of it kept) reached the threshold.
