@@ -287,8 +287,6 @@ def test_over_the_threshold_the_summary_reaches_into_the_keep_window(tmp_path: P
     agent = make_agent(tmp_path, config, script=answers(3, words=300), tools=[])
     agent.turn(question(0, words=40))
     agent.turn(question(1, words=40))
-    # The premise: the second turn's request (all of it kept) reached the threshold.
-    assert count_request_tokens(agent.model.requests[1]) >= config.threshold_tokens
     event = agent.event()
     assert event is not None and event["cutoff_index"] >= 1
     assert count_request_tokens(agent.last_request()) < config.threshold_tokens
