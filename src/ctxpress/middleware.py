@@ -23,7 +23,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Annotated, Any, NotRequired, cast
 
@@ -41,6 +41,7 @@ from langchain_core.messages import AnyMessage, BaseMessage
 from langgraph.errors import GraphBubbleUp
 
 from ctxpress.compaction import CompactionCache, CompactionResult, compact_view
+from ctxpress.compaction.text_preview import GAP_MARKER_TOKENS, head_middle_tail_preview
 from ctxpress.config import CompressionConfig
 from ctxpress.containment import RULE_FLOW, RULE_PRESSURE, constant, contain
 from ctxpress.events import CONTEXT_OVERFLOW, L1, L2, CompressionDetails, CompressionEvents, Level
@@ -82,10 +83,8 @@ from ctxpress.summary.step import (
     save_and_summarize,
     summary_cutoff,
 )
-from ctxpress.summary.summarizer import (
-    short_error,
-)
-from ctxpress.tokens import TokenCounter
+from ctxpress.summary.summarizer import SummaryOutcome, failed_summary_text, short_error
+from ctxpress.tokens import TokenCounter, estimate_tokens
 from ctxpress.workdir import Workdir
 
 logger = logging.getLogger("ctxpress.middleware")
@@ -94,8 +93,10 @@ WorkdirResolver = Callable[[ModelRequest], Workdir]
 PressureCallback = Callable[[RequestPressure], None]
 DEFAULT_SUMMARY_TIMEOUT_S = 120.0
 #: Summaries made for one call at most: a second, keeping fewer messages, when the first could not
-#: quote the question it passes whole (`keep_freeing`).
+#: quote the question it passes whole or left the request at the threshold (`keep_freeing`).
 QUESTION_ATTEMPTS = 2
+#: After an overflow a summary is cut to the room left, but never below this: less says nothing.
+MIN_SHORTENED_SUMMARY_TOKENS = 16
 
 
 class CompressionState(AgentState):
@@ -361,6 +362,9 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
                     break
                 keep, summarised_to = made
                 response = yield from self._retry(call, search, f"a summary keeping {keep} messages", l1)
+                while response is None and self._shorten_summary(call, search.limit):
+                    label = f"a summary keeping {keep} messages, its text cut to half or less"
+                    response = yield from self._retry(call, search, label, l1)
                 if response is not None:
                     return self._finish_forced(call, tokens_before, l1, response, search)
                 keep = smaller_keep(keep)
@@ -421,8 +425,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         tokens_summary = self._count(call, call.summary.view)
         if tokens_summary < limit or tokens_summary < self._count(call, l1.messages):
             return call.summary.view
-        call.summary = None
-        call.summary_parts = None
+        call.summary = None  # its parts stay: `_shorten_summary` may still cut it to fit
         call.state_update.pop(EVENT_KEY, None)
         return l1.messages
 
@@ -443,6 +446,36 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
                 return None
         step = yield from self._summarize(call, l1, room=0, keep=fits)
         return None if step is None else (fits, step.event["cutoff_index"])
+
+    def _shorten_summary(self, call: _Call, limit: int) -> bool:
+        """S6: a summary text too long for the room an overflow left is cut (head and tail) to half or
+        less, and so that `[summary, *kept]` is smaller than `limit`; the history file still holds
+        what it summarised.
+        False when there is no summary to cut, or too little room for a useful one."""
+        if call.summary_parts is None:
+            return False
+        plan, saved = call.summary_parts
+        current = call.summary or finish_summary(plan, saved, lambda view: 0)
+        excess = self._count(call, current.view) - limit + 1
+        text = (
+            saved.outcome.text
+            if saved.outcome.ok
+            else failed_summary_text(saved.outcome.error or "", plan.messages)
+        )
+        tokens = estimate_tokens(text, self.config.token_profile)
+        # The window is not known: half the text at least, so that a few cuts reach any room.
+        budget = min(tokens - excess - GAP_MARKER_TOKENS, tokens // 2)
+        if excess <= 0 or budget < MIN_SHORTENED_SUMMARY_TOKENS:
+            return False
+        cut = head_middle_tail_preview(text, budget, self.config.token_profile, tokens)
+        if not cut:
+            return False
+        shortened = replace(saved, outcome=SummaryOutcome(cut))
+        step = replace(finish_summary(plan, shortened, lambda view: 0), summary_error=current.summary_error)
+        call.state_update[EVENT_KEY] = step.event
+        call.summary = step
+        call.summary_parts = (plan, shortened)
+        return True
 
     def _drop_carried_sections(self, call: _Call) -> None:
         """S6/S30: after an overflow the summary message goes without its carried sections first."""
@@ -485,9 +518,14 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         def sent(kept: Sequence[BaseMessage]) -> int:
             return self._sent(call, l1, kept)
 
+        automatic = keep is None
         if keep is None:
+            # Room for the summary message too: the previous one's size is the best guess of the next.
+            reserve = self._count_messages(call.effective.messages[:1]) if call.effective.has_summary else 0
             keep = keep_that_fits(
-                call.effective, self.config.summary_keep_messages, lambda kept: sent(kept) < threshold
+                call.effective,
+                self.config.summary_keep_messages,
+                lambda kept: sent(kept) + reserve < threshold,
             )
         limit = threshold if room is None else min(threshold, room)
         done: tuple[SummaryPlan, SavedSummary, SummaryStep] | None = None
@@ -498,12 +536,15 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             saved: SavedSummary = yield SaveAndSummarize(plan)
             step = finish_summary(plan, saved, lambda view: limit - self._count(call, view))
             done = (plan, saved, step)
-            if not step.question_shortfall:
-                break
-            # The question the summary passes did not fit whole beside the kept messages: keep
-            # fewer (S14 keeps them "preferably") and summarise again, so that it is never cut.
+            # Keep fewer (S14 keeps them "preferably") and summarise again when the question the
+            # summary passes did not fit whole beside the kept messages (it is never cut), or when
+            # the request is still at the threshold (else every next call would summarise again).
             # (The first attempt's history file stays, named by no event; the second covers it.)
-            smaller = keep_freeing(call.effective, keep, step.question_shortfall, sent)
+            over = self._count(call, step.view) - threshold + 1 if automatic else 0
+            needed = max(step.question_shortfall, over)
+            if needed <= 0:
+                break
+            smaller = keep_freeing(call.effective, keep, needed, sent)
             if smaller is None:
                 break
             keep = smaller
@@ -516,6 +557,12 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         return step
 
     # --- measuring ------------------------------------------------------------------------------
+
+    def _count_messages(self, messages: Sequence[BaseMessage]) -> int:
+        """`messages` alone, without the system prompt and tools."""
+        return self.token_counter.count_request(
+            messages, None, None, self.config.token_profile, immutable_messages=True
+        )
 
     def _sent(self, call: _Call, l1: CompactionResult, kept: Sequence[BaseMessage]) -> int:
         """The size of a request of `kept` as sent: the L1 view's tail of that length."""

@@ -22,6 +22,7 @@ from ctxpress.compaction.markers import parse_offload_reference
 from ctxpress.deepagents_drop_in import DeepAgentsCompressionMiddleware
 from ctxpress.summary.conflict import SummarizerConflictError
 from ctxpress.summary.event import EVENT_KEY, is_summary_message
+from ctxpress.summary.history import read_history
 from ctxpress.tokens import count_request_tokens
 from tests.fakes import ScriptedChatModel, tool_call
 from tests.middleware.conftest import assert_provider_valid
@@ -235,3 +236,23 @@ def test_the_models_own_error_is_not_contained(workdir: LocalWorkdir) -> None:
     model.script = [RuntimeError("provider down")]
     with pytest.raises(RuntimeError, match="provider down"):
         run_turn(agent, "你好")
+
+
+def test_item2_a_summary_too_long_for_the_room_an_overflow_left_is_cut_to_fit(workdir: LocalWorkdir) -> None:
+    """S6: the summary model's text is cut (head and tail, half or less each time) until the retry
+    fits; the history file still holds every summarised message."""
+    long_summary = "summary sentence with details. " * 150
+    model = ScriptedChatModel(script=[AIMessage(content="answer " + "detail " * 40) for _ in range(12)])
+    summary_model = ScriptedChatModel(script=[AIMessage(content=long_summary)] * 12)
+    config = CompressionConfig(summary_threshold=100, summary_keep_messages=2)
+    middleware = ContextCompressionMiddleware(config, workdir=workdir, summary_model=summary_model)
+    agent = create_agent(model, [], middleware=[middleware], checkpointer=InMemorySaver())
+    for index in range(3):
+        agent.invoke({"messages": [HumanMessage(f"question {index}: " + "context " * 40)]}, THREAD)
+    model.context_window = 250  # the question (~60) and a summary message fit; the whole summary does not
+    agent.invoke({"messages": [HumanMessage("question 3: " + "context " * 40)]}, THREAD)
+    assert count_request_tokens(model.requests[-1]) <= 250
+    event = agent.get_state(THREAD).values[EVENT_KEY]
+    assert len(event["summary_message"].text) < len(long_summary)
+    _header, summarised = read_history(workdir, event["file_path"])
+    assert summarised, "the summarised messages are in the history file"
