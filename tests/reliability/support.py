@@ -31,7 +31,7 @@ TOPICS = ("季度营收", "客户名单", "合同条款", "风险评估", "交�
 
 #: One raw report (~2,400 tokens) is above the threshold, its L1 view is not; a few turns reach L2.
 COMPRESSION = CompressionConfig(
-    summary_threshold=1, summary_tool_result_token_limit=100, summary_keep_messages=2
+    summary_threshold=1.25, summary_tool_result_token_limit=100, summary_keep_messages=2
 )
 
 
