@@ -348,7 +348,8 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
                 l1 = yield BuildL1View(call.effective.messages)
             if call.summary is not None:
                 self._drop_carried_sections(call)
-                response = yield from self._retry(call, search, "the summary without its sections", l1)
+                label = "the summary without its sections, naming one file"
+                response = yield from self._retry(call, search, label, l1)
                 if response is not None:
                     return self._finish_forced(call, tokens_before, l1, response, search)
             # Summaries keeping fewer messages; each moves the cutoff past the last one made.
@@ -455,7 +456,7 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         if call.summary_parts is None:
             return False
         plan, saved = call.summary_parts
-        current = call.summary or finish_summary(plan, saved, lambda view: 0)
+        current = call.summary or finish_summary(plan, saved, lambda view: 0, one_file=True)
         excess = self._count(call, current.view) - limit + 1
         text = (
             saved.outcome.text
@@ -471,18 +472,22 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
         if not cut:
             return False
         shortened = replace(saved, outcome=SummaryOutcome(cut))
-        step = replace(finish_summary(plan, shortened, lambda view: 0), summary_error=current.summary_error)
+        step = replace(
+            finish_summary(plan, shortened, lambda view: 0, one_file=True),
+            summary_error=current.summary_error,
+        )
         call.state_update[EVENT_KEY] = step.event
         call.summary = step
         call.summary_parts = (plan, shortened)
         return True
 
     def _drop_carried_sections(self, call: _Call) -> None:
-        """S6/S30: after an overflow the summary message goes without its carried sections first."""
+        """S6/S30: after an overflow the summary message goes without its carried sections first,
+        naming the conversation file alone (every token counts)."""
         if call.summary_parts is None:
             return
         plan, saved = call.summary_parts
-        step = finish_summary(plan, saved, lambda view: 0)
+        step = finish_summary(plan, saved, lambda view: 0, one_file=True)
         call.state_update[EVENT_KEY] = step.event
         call.summary = step
 
@@ -534,7 +539,9 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
             if plan is None:
                 break
             saved: SavedSummary = yield SaveAndSummarize(plan)
-            step = finish_summary(plan, saved, lambda view: limit - self._count(call, view))
+            step = finish_summary(
+                plan, saved, lambda view: limit - self._count(call, view), one_file=room is not None
+            )
             done = (plan, saved, step)
             # Keep fewer (S14 keeps them "preferably") and summarise again when the question the
             # summary passes did not fit whole beside the kept messages (it is never cut), or when

@@ -202,7 +202,7 @@ def test_the_summary_path_writes_real_text_through_the_chat_template(
     event = agent.get_state(thread).values[EVENT_KEY]  # type: ignore[arg-type]
     summary_text = event["summary_message"].text
     header, body = summary_text.split("\n\n", 1)
-    named = re.search(r"in full in the workdir at (\S+)\.$", header)
+    named = re.search(r"every earlier message is in full at (\S+)\.$", header)
     assert header.startswith(SUMMARY_MARKER) and named and is_conversation_file(named.group(1))
     conversation_header, _ = read_history(workdir, named.group(1))
     assert event["file_path"] in conversation_header["history_files"]  # type: ignore[operator]

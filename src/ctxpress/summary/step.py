@@ -245,7 +245,11 @@ MIN_QUESTION_TOKENS = 24
 
 
 def finish_summary(
-    plan: SummaryPlan, saved: SavedSummary, headroom: Callable[[list[BaseMessage]], int] | None = None
+    plan: SummaryPlan,
+    saved: SavedSummary,
+    headroom: Callable[[list[BaseMessage]], int] | None = None,
+    *,
+    one_file: bool = False,
 ) -> SummaryStep:
     """The new event and view, from the plan and what its history write and summary call gave.
 
@@ -253,10 +257,14 @@ def finish_summary(
     context window); the carried sections (quoted question, earlier files) take only room that the
     bare summary, the kept messages and the next exchange leave (`carried_sections`), so they are
     never what keeps the request over. Without it only the threshold shares bound them.
+    `one_file` (after an overflow, where every token counts): the message names the conversation
+    file alone when there is one (it holds this summary's span too); the event still names the
+    history file (S15).
     """
     outcome = saved.outcome
     text = outcome.text if outcome.ok else failed_summary_text(outcome.error or "", plan.messages)
-    bare = make_summary_message(text, saved.file_path, plan.summary_count, (), saved.conversation_file)
+    named_history = None if one_file and saved.conversation_file else saved.file_path
+    bare = make_summary_message(text, named_history, plan.summary_count, (), saved.conversation_file)
     free = None
     if headroom is not None:
         # The next call adds about one more exchange like the last: that stays free as well.
@@ -264,7 +272,7 @@ def finish_summary(
         free = max(0, headroom([bare, *plan.kept]) - growth)
     sections = carried_sections(plan, saved.file_path, free, saved.conversation_file, text)
     summary_message = make_summary_message(
-        text, saved.file_path, plan.summary_count, sections.texts, saved.conversation_file
+        text, named_history, plan.summary_count, sections.texts, saved.conversation_file
     )
     event: SummarizationEvent = {
         "cutoff_index": plan.span.end,
