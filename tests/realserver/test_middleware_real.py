@@ -464,7 +464,9 @@ def test_llama_server_overflow_with_nothing_to_cut_fails_clearly(
     )
     events: list[dict[str, Any]] = []
 
-    with pytest.raises(ContextOverflowError, match="does not fit the model's context: the current input alone"):
+    with pytest.raises(
+        ContextOverflowError, match="does not fit the model's context: the current input alone"
+    ):
         for mode, data in agent.stream(
             {"messages": [HumanMessage(OVERFLOWING_PROMPT)]},
             thread("nothing-to-cut"),
