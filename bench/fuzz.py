@@ -149,6 +149,26 @@ def path_rows(campaign: Campaign) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+#: Issue 44's goal: this many examples in one campaign, none failing.
+GOAL_EXAMPLES = 100_000
+
+
+def goal_line(campaign: Campaign, rate: float) -> str:
+    """Whether the campaign meets the goal, and if not, which half of it is missing."""
+    if campaign.failed_examples == 0 and campaign.examples >= GOAL_EXAMPLES:
+        return f"Goal ({GOAL_EXAMPLES:,} examples, 0 failures): **met**."
+    missing = []
+    if campaign.failed_examples:
+        missing.append(f"{campaign.failed_examples:,} examples failed (the table below)")
+    if campaign.examples < GOAL_EXAMPLES:
+        hours = GOAL_EXAMPLES / rate / 3600 if rate else float("inf")
+        missing.append(
+            f"{campaign.examples:,} examples were run, not {GOAL_EXAMPLES:,} (at this rate that is "
+            f"{hours:.0f} h of two cores)"
+        )
+    return f"Goal ({GOAL_EXAMPLES:,} examples, 0 failures): **not met**: {'; '.join(missing)}."
+
+
 def report_lines(campaign: Campaign, seed_value: int, command: str) -> list[str]:
     rate = campaign.examples / campaign.seconds if campaign.seconds else 0.0
     lines = [
@@ -167,6 +187,8 @@ def report_lines(campaign: Campaign, seed_value: int, command: str) -> list[str]
         f"in {campaign.seconds:,.0f} s, **{rate:.1f} examples/s** (each example runs twice, sync and "
         f"async; 2 shared cores); **{campaign.failed_examples:,} failed** "
         f"({len(campaign.signatures)} distinct failures).",
+        "",
+        goal_line(campaign, rate),
         "",
         "| deepest path of an example | examples | share | model calls on that path |",
         "| --- | --- | --- | --- |",
