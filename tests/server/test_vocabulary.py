@@ -21,7 +21,7 @@ from .fakes import echo_script
 
 #: About 500 tokens per message (under the agent's per-message limit) against a 1 K threshold: the
 #: echoed replies push every call from the second turn over it, and L1 alone cannot help (no tools).
-LONG_TEXT = "北京的景点很多，故宫、颐和园、天坛都值得一去。" * 35
+LONG_TEXT = "北京的景点很多，故宫、颐和园、天坛都值得一去。" * 19
 
 
 def summary_script(_messages: Sequence[BaseMessage]) -> AIMessage:
