@@ -336,9 +336,10 @@ class ContextCompressionMiddleware(AgentMiddleware[CompressionState, Any, Any]):
 
         Every retry is strictly smaller than the last request that overflowed (a size-based
         overflow would only repeat): the summary view without its carried sections, summaries
-        keeping fewer messages, the kept tool results trimmed to smaller previews. Only when none
-        of them is smaller, or each overflows too, does the call end with `ContextOverflowError`
-        naming what was tried.
+        keeping half as many messages each time (a summary text too long for the room cut to half
+        or less each time), the kept tool results trimmed to smaller previews. Only when none of
+        them is smaller, or each overflows too, does the call end with `ContextOverflowError`
+        naming what was tried (`RetrySearch`).
         """
         logger.warning("context overflow from the main model; forcing a summary")
         call.events.started(L2, tokens_before, reason=CONTEXT_OVERFLOW)
