@@ -255,7 +255,7 @@ def test_s30_overflow_on_the_second_attempt_trims_kept_tool_results(start_server
         assert turn(client, conversation_id, topic).status == "succeeded"
     # Now the window is smaller than the current turn with its L1 preview of 300 tokens, beside any
     # summary: keeping fewer messages is not enough, the kept result is trimmed (S30).
-    model.window = 500
+    model.window = 450
     third = turn(client, conversation_id, sent[2])
     assert third.status == "succeeded", third.run
     completed = [e for e in third.compression("completed") if e.get("trimmed_tool_results")]
