@@ -42,10 +42,11 @@ class Degradation:
         return f"{self.rule}: {self.error}"
 
 
-def error_line(exc: BaseException) -> str:
-    """Type and first line of an error, bounded (no provider bodies or paths of any length)."""
+def error_line(exc: BaseException, limit: int = 160) -> str:
+    """Type and first line of an error, its text cut to `limit` characters (no provider bodies or
+    paths of any length)."""
     first = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {first[:160]}" if first else type(exc).__name__
+    return f"{type(exc).__name__}: {first[:limit]}" if first else type(exc).__name__
 
 
 def contain(

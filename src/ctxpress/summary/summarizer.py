@@ -18,7 +18,7 @@ from langgraph.constants import TAG_NOSTREAM
 from ctxpress.compaction.content import content_text
 from ctxpress.compaction.text_preview import head_middle_tail_preview
 from ctxpress.config import MESSAGES_PLACEHOLDER, CompressionConfig
-from ctxpress.containment import RULE_TRANSCRIPT, Degradation, contain
+from ctxpress.containment import RULE_TRANSCRIPT, Degradation, contain, error_line
 from ctxpress.summary.render import deterministic_digest, render_messages
 from ctxpress.tokens import TokenCounter, count_request_tokens, estimate_tokens
 
@@ -138,8 +138,7 @@ def failed_summary_text(error: str, messages: Sequence[BaseMessage]) -> str:
 
 def short_error(exc: BaseException) -> str:
     """A one-line error without provider internals (no bodies, no URLs)."""
-    message = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {message[:200]}" if message else type(exc).__name__
+    return error_line(exc, limit=200)
 
 
 def summarize(
